@@ -1,0 +1,304 @@
+//! Idempotency keys as clients send them, and the scoped keys the store is indexed by.
+//!
+//! A header value is an RFC 9651 String (`"abc"`) or, as most clients send it, a bare token
+//! (`abc`). Either way the key itself must be 1 to 255 characters of visible ASCII: spaces and
+//! control characters are refused rather than normalised, so two byte-different headers can
+//! never name one key.
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+/// The longest key the proxy accepts, in characters.
+pub const MAX_KEY_LEN: usize = 255;
+
+/// Why a key was refused; the text reaches the client in the problem's `detail`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("the idempotency key is empty")]
+    Empty,
+    #[error("the idempotency key is longer than {MAX_KEY_LEN} characters")]
+    TooLong,
+    #[error("the idempotency key may hold only visible ASCII characters")]
+    NotVisibleAscii,
+    #[error("the idempotency key is not a valid structured-field string")]
+    MalformedString,
+    #[error("the request carries more than one idempotency key")]
+    Repeated,
+}
+
+/// A validated idempotency key: 1 to 255 visible ASCII characters.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// Validates a key taken verbatim (from a JSON body, an admin path).
+    pub fn new(key: impl Into<String>) -> Result<Self, KeyError> {
+        let key = key.into();
+        if key.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        if key.len() > MAX_KEY_LEN {
+            return Err(KeyError::TooLong);
+        }
+        if !key.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(KeyError::NotVisibleAscii);
+        }
+        Ok(Self(key))
+    }
+
+    /// Parses a header value: an RFC 9651 String or a bare token, surrounded by optional spaces.
+    pub fn from_header_value(raw: &[u8]) -> Result<Self, KeyError> {
+        let raw = raw.trim_ascii();
+        match raw.first() {
+            Some(b'"') => Self::new(parse_sf_string(raw)?),
+            _ => {
+                let text = std::str::from_utf8(raw).map_err(|_| KeyError::NotVisibleAscii)?;
+                Self::new(text)
+            }
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    // Keys can be guessable customer data; debug output shows only a short digest.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IdempotencyKey({})", short_digest(self.0.as_bytes()))
+    }
+}
+
+/// Decodes an RFC 9651 sf-string (section 4.2.5), refusing anything after the closing quote.
+fn parse_sf_string(raw: &[u8]) -> Result<String, KeyError> {
+    let mut out = String::with_capacity(raw.len());
+    let mut bytes = raw[1..].iter();
+    while let Some(&b) = bytes.next() {
+        match b {
+            b'\\' => match bytes.next() {
+                Some(&escaped @ (b'"' | b'\\')) => out.push(escaped as char),
+                _ => return Err(KeyError::MalformedString),
+            },
+            b'"' if bytes.len() == 0 => return Ok(out),
+            b'"' => return Err(KeyError::MalformedString),
+            0x20..=0x7e => out.push(b as char),
+            _ => return Err(KeyError::NotVisibleAscii),
+        }
+    }
+    Err(KeyError::MalformedString)
+}
+
+/// A route name: what a key is unique within, before any client scope.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RouteName(String);
+
+impl RouteName {
+    /// The route that catches what no configured route matches.
+    pub const DEFAULT: &'static str = "default";
+
+    /// Route names are restricted so that they can never collide inside a storage key.
+    pub fn new(name: impl Into<String>) -> Result<Self, String> {
+        let name = name.into();
+        let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+        if name.is_empty() || name.len() > 64 || !name.chars().all(valid_char) {
+            return Err(format!(
+                "route name {name:?} must be 1 to 64 characters of letters, digits, '-', '_' or '.'"
+            ));
+        }
+        Ok(Self(name))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RouteName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for RouteName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RouteName({})", self.0)
+    }
+}
+
+/// A SHA-256 of the client identity header, so the secret itself is never stored.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClientScope([u8; 32]);
+
+impl ClientScope {
+    pub fn from_secret(secret: &[u8]) -> Self {
+        Self(Sha256::digest(secret).into())
+    }
+
+    pub fn to_hex(&self) -> String {
+        hex(&self.0)
+    }
+}
+
+impl fmt::Debug for ClientScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ClientScope({}…)", &self.to_hex()[..12])
+    }
+}
+
+/// What a record is stored under: route, optional client scope, key.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ScopedKey {
+    route: RouteName,
+    scope: Option<ClientScope>,
+    key: IdempotencyKey,
+}
+
+impl ScopedKey {
+    pub fn new(route: RouteName, scope: Option<ClientScope>, key: IdempotencyKey) -> Self {
+        Self { route, scope, key }
+    }
+
+    pub fn route(&self) -> &RouteName {
+        &self.route
+    }
+
+    pub fn key(&self) -> &IdempotencyKey {
+        &self.key
+    }
+
+    /// The store's name for this record. The route name cannot contain `:` and the scope is
+    /// fixed-width hex or `-`, so the key (which may hold `:`) can safely come last.
+    pub fn storage_key(&self) -> String {
+        let scope = self.scope.map_or_else(|| "-".to_owned(), |s| s.to_hex());
+        format!("{}:{}:{}", self.route, scope, self.key.as_str())
+    }
+
+    /// A short, stable digest for logs and metrics: enough to correlate, never the key itself.
+    pub fn log_id(&self) -> String {
+        short_digest(self.storage_key().as_bytes())
+    }
+}
+
+impl fmt::Debug for ScopedKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ScopedKey({}:{})", self.route, self.log_id())
+    }
+}
+
+fn short_digest(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes)[..6])
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn accepts_sf_string_and_bare_token() {
+        let quoted = IdempotencyKey::from_header_value(br#""8e03978e-40d5""#).unwrap();
+        let bare = IdempotencyKey::from_header_value(b" 8e03978e-40d5 ").unwrap();
+        assert_eq!(quoted, bare);
+        assert_eq!(quoted.as_str(), "8e03978e-40d5");
+    }
+
+    #[test]
+    fn decodes_escapes_in_sf_string() {
+        let key = IdempotencyKey::from_header_value(br#""a\"b\\c""#).unwrap();
+        assert_eq!(key.as_str(), r#"a"b\c"#);
+    }
+
+    #[test]
+    fn refuses_bad_keys() {
+        let cases: &[(&[u8], KeyError)] = &[
+            (b"", KeyError::Empty),
+            (b"\"\"", KeyError::Empty),
+            (b"\"abc", KeyError::MalformedString),
+            (b"\"abc\";p=1", KeyError::MalformedString),
+            (b"\"a\\nb\"", KeyError::MalformedString),
+            (b"a b", KeyError::NotVisibleAscii),
+            (b"\"a b\"", KeyError::NotVisibleAscii),
+            (b"a\x01b", KeyError::NotVisibleAscii),
+            ("cl\u{e9}".as_bytes(), KeyError::NotVisibleAscii),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(
+                IdempotencyKey::from_header_value(raw).unwrap_err(),
+                *want,
+                "{raw:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn length_limit_is_255() {
+        assert!(IdempotencyKey::new("k".repeat(255)).is_ok());
+        assert_eq!(
+            IdempotencyKey::new("k".repeat(256)).unwrap_err(),
+            KeyError::TooLong
+        );
+    }
+
+    #[test]
+    fn scope_separates_clients_and_hides_secret() {
+        let route = RouteName::new("payments").unwrap();
+        let key = IdempotencyKey::new("k1").unwrap();
+        let alice = ScopedKey::new(
+            route.clone(),
+            Some(ClientScope::from_secret(b"Bearer a")),
+            key.clone(),
+        );
+        let bob = ScopedKey::new(
+            route.clone(),
+            Some(ClientScope::from_secret(b"Bearer b")),
+            key.clone(),
+        );
+        let anonymous = ScopedKey::new(route, None, key);
+        assert_ne!(alice.storage_key(), bob.storage_key());
+        assert_ne!(alice.storage_key(), anonymous.storage_key());
+        assert!(!alice.storage_key().contains("Bearer"));
+        assert!(!format!("{alice:?}").contains("k1"));
+    }
+
+    #[test]
+    fn route_names_cannot_hold_separators() {
+        assert!(RouteName::new("stripe-events.v1").is_ok());
+        assert!(RouteName::new("a:b").is_err());
+        assert!(RouteName::new("").is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn any_visible_ascii_key_round_trips_through_sf_string(key in "[!-~]{1,255}") {
+            let escaped = key.replace('\\', "\\\\").replace('"', "\\\"");
+            let parsed = IdempotencyKey::from_header_value(format!("\"{escaped}\"").as_bytes()).unwrap();
+            prop_assert_eq!(parsed.as_str(), key.as_str());
+        }
+
+        #[test]
+        fn bare_tokens_parse_to_themselves(key in "[!#-~][!-~]{0,254}") {
+            let parsed = IdempotencyKey::from_header_value(key.as_bytes()).unwrap();
+            prop_assert_eq!(parsed.as_str(), key.as_str());
+        }
+
+        #[test]
+        fn parsing_never_panics_and_valid_keys_are_visible_ascii(raw in proptest::collection::vec(any::<u8>(), 0..300)) {
+            if let Ok(key) = IdempotencyKey::from_header_value(&raw) {
+                prop_assert!(!key.as_str().is_empty() && key.as_str().len() <= MAX_KEY_LEN);
+                prop_assert!(key.as_str().bytes().all(|b| b.is_ascii_graphic()));
+            }
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! What a route promises: the settings the idempotency layer applies to each request.
+//!
+//! A `Policy` is the resolved form of one route's config (SPEC section 8): defaults already
+//! merged, units already parsed. Library users build one with [`Policy::new`] and adjust fields.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, Method, StatusCode};
+use serde::{Deserialize, Serialize};
+
+use super::key::RouteName;
+use crate::error::ProblemBase;
+use crate::units::ByteSize;
+
+/// Where the idempotency key is taken from. A route names exactly one source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    /// A request header, e.g. `Idempotency-Key` or `X-GitHub-Delivery`.
+    Header(HeaderName),
+    /// An RFC 6901 JSON pointer into the request body, e.g. `/id` for Stripe events.
+    BodyPointer(String),
+}
+
+/// What a duplicate gets while the first request with its key is still running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConcurrentPolicy {
+    /// `409 request-in-flight` with `Retry-After`.
+    Conflict,
+    /// Hold the duplicate until the first completes (at most `wait_timeout`), then replay.
+    Wait,
+}
+
+/// What is stored when it is unknown whether the upstream ran the operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AmbiguousPolicy {
+    /// Store what the client got, so a retry never runs the operation twice.
+    Keep,
+    /// Free the key, so the sender's retry runs again (webhook receivers).
+    Release,
+}
+
+/// What happens when the store cannot be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreErrorPolicy {
+    /// `503 store-unavailable`: never risk a second execution.
+    FailClosed,
+    /// Forward without deduplication, and count it.
+    FailOpen,
+}
+
+/// The resolved settings of one route.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub route: RouteName,
+    /// The methods the route covers; others pass straight through.
+    pub methods: Vec<Method>,
+    pub key_source: KeySource,
+    pub require_key: bool,
+    /// The client identity header; its SHA-256 is part of the scope.
+    pub scope_header: Option<HeaderName>,
+    pub fingerprint_headers: Vec<HeaderName>,
+    /// How long a completed record is kept.
+    pub ttl: Duration,
+    /// How long an in-flight reservation lives without renewal.
+    pub lease: Duration,
+    pub concurrent: ConcurrentPolicy,
+    pub wait_timeout: Duration,
+    pub upstream_timeout: Duration,
+    pub max_request_body: ByteSize,
+    pub max_cached_body: ByteSize,
+    /// Statuses meaning "not executed": the reservation is released.
+    pub release_on: Vec<StatusCode>,
+    pub on_ambiguous: AmbiguousPolicy,
+    pub on_store_error: StoreErrorPolicy,
+    /// Response headers never stored nor replayed, beyond the fixed set.
+    pub replay_exclude_headers: Vec<HeaderName>,
+    pub problem_base: Arc<ProblemBase>,
+}
+
+impl Policy {
+    /// The defaults of SPEC section 8 for a route of this name.
+    pub fn new(route: RouteName) -> Self {
+        Self {
+            route,
+            methods: vec![Method::POST, Method::PATCH],
+            key_source: KeySource::Header(HeaderName::from_static("idempotency-key")),
+            require_key: false,
+            scope_header: None,
+            fingerprint_headers: Vec::new(),
+            ttl: Duration::from_secs(24 * 60 * 60),
+            lease: Duration::from_secs(30),
+            concurrent: ConcurrentPolicy::Conflict,
+            wait_timeout: Duration::from_secs(10),
+            upstream_timeout: Duration::from_secs(30),
+            max_request_body: ByteSize::mib(1),
+            max_cached_body: ByteSize::mib(1),
+            release_on: [408, 425, 429, 503]
+                .map(|s| StatusCode::from_u16(s).expect("valid status"))
+                .to_vec(),
+            on_ambiguous: AmbiguousPolicy::Keep,
+            on_store_error: StoreErrorPolicy::FailClosed,
+            replay_exclude_headers: Vec::new(),
+            problem_base: Arc::new(ProblemBase::default()),
+        }
+    }
+
+    pub fn covers(&self, method: &Method) -> bool {
+        self.methods.contains(method)
+    }
+
+    /// How an upstream status is to be treated.
+    pub fn classify(&self, status: StatusCode) -> Outcome {
+        if self.release_on.contains(&status) {
+            Outcome::NotExecuted
+        } else if status == StatusCode::BAD_GATEWAY || status == StatusCode::GATEWAY_TIMEOUT {
+            Outcome::Ambiguous
+        } else {
+            Outcome::Definite
+        }
+    }
+
+    /// How often the holder of a reservation renews its lease.
+    pub fn renew_every(&self) -> Duration {
+        (self.lease / 3).max(Duration::from_millis(10))
+    }
+}
+
+/// What an upstream answer says about whether the operation ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// It ran (or definitely failed): store and replay it.
+    Definite,
+    /// It did not run: free the key.
+    NotExecuted,
+    /// It may have run: `on_ambiguous` decides.
+    Ambiguous,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_classified_as_the_spec_says() {
+        let policy = Policy::new(RouteName::new("r").unwrap());
+        for (status, want) in [
+            (200, Outcome::Definite),
+            (201, Outcome::Definite),
+            (400, Outcome::Definite),
+            (500, Outcome::Definite),
+            (408, Outcome::NotExecuted),
+            (425, Outcome::NotExecuted),
+            (429, Outcome::NotExecuted),
+            (503, Outcome::NotExecuted),
+            (502, Outcome::Ambiguous),
+            (504, Outcome::Ambiguous),
+        ] {
+            assert_eq!(
+                policy.classify(StatusCode::from_u16(status).unwrap()),
+                want,
+                "{status}"
+            );
+        }
+    }
+
+    #[test]
+    fn release_on_wins_over_ambiguity() {
+        let mut policy = Policy::new(RouteName::new("r").unwrap());
+        policy.release_on.push(StatusCode::BAD_GATEWAY);
+        assert_eq!(
+            policy.classify(StatusCode::BAD_GATEWAY),
+            Outcome::NotExecuted
+        );
+    }
+}

@@ -1,0 +1,335 @@
+//! What the store holds for a scoped key, and its compact binary encoding.
+//!
+//! The encoding starts with a fixed header (`version`, `state`, fencing token) so that a store
+//! script can check "is this still the in-flight record of token T?" by comparing a prefix,
+//! without understanding the rest. Decoding is strict: a record that does not parse to the last
+//! byte is reported as corrupt, never half-replayed.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+
+use super::fingerprint::Fingerprint;
+
+const VERSION: u8 = 1;
+const STATE_IN_FLIGHT: u8 = 0;
+const STATE_COMPLETED: u8 = 1;
+const BODY_KEPT: u8 = 0;
+const BODY_NOT_KEPT: u8 = 1;
+
+/// Identifies one holder of a reservation; a completion must present the current one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FencingToken(u64);
+
+impl FencingToken {
+    /// A fresh token, unpredictable and unique in practice across processes and replicas.
+    pub fn generate() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        // RandomState is seeded from the OS once per process and varies per instance.
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+        hasher.write_u128(now_millis() as u128);
+        Self(hasher.finish())
+    }
+
+    pub fn from_u64(raw: u64) -> Self {
+        Self(raw)
+    }
+
+    pub fn as_u64(self) -> u64 {
+        self.0
+    }
+
+    /// The bytes every encoding of the in-flight record of this token starts with.
+    pub fn in_flight_prefix(self) -> [u8; 10] {
+        let mut prefix = [0u8; 10];
+        prefix[0] = VERSION;
+        prefix[1] = STATE_IN_FLIGHT;
+        prefix[2..].copy_from_slice(&self.0.to_be_bytes());
+        prefix
+    }
+}
+
+/// A request that has been let through and whose outcome is not known yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InFlightRecord {
+    pub fingerprint: Fingerprint,
+    pub token: FencingToken,
+    pub created_at: SystemTime,
+}
+
+/// The response body as stored: kept byte for byte, or not kept because it was too large.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredBody {
+    Kept(Bytes),
+    NotKept,
+}
+
+/// A request whose outcome is known: what the upstream (or the proxy) answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletedRecord {
+    pub fingerprint: Fingerprint,
+    pub token: FencingToken,
+    pub created_at: SystemTime,
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: StoredBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    InFlight(InFlightRecord),
+    Completed(CompletedRecord),
+}
+
+/// A stored record that cannot be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("corrupt record: {0}")]
+pub struct RecordError(&'static str);
+
+impl Record {
+    pub fn fingerprint(&self) -> &Fingerprint {
+        match self {
+            Record::InFlight(r) => &r.fingerprint,
+            Record::Completed(r) => &r.fingerprint,
+        }
+    }
+
+    pub fn encode(&self) -> Bytes {
+        match self {
+            Record::InFlight(r) => {
+                encode_header(STATE_IN_FLIGHT, r.token, &r.fingerprint, r.created_at, 0).freeze()
+            }
+            Record::Completed(r) => encode_completed(r),
+        }
+    }
+
+    /// Decodes a record; the body of a completed record shares `bytes` rather than copying.
+    pub fn decode(bytes: Bytes) -> Result<Self, RecordError> {
+        let mut buf = bytes.clone();
+        need(&buf, 50)?;
+        if buf.get_u8() != VERSION {
+            return Err(RecordError("unknown version"));
+        }
+        let state = buf.get_u8();
+        let token = FencingToken(buf.get_u64());
+        let mut fingerprint = [0u8; Fingerprint::LEN];
+        buf.copy_to_slice(&mut fingerprint);
+        let fingerprint = Fingerprint::from_bytes(fingerprint);
+        let created_at = UNIX_EPOCH + Duration::from_millis(buf.get_u64());
+        match state {
+            STATE_IN_FLIGHT if buf.is_empty() => Ok(Record::InFlight(InFlightRecord {
+                fingerprint,
+                token,
+                created_at,
+            })),
+            STATE_COMPLETED => {
+                decode_completed(buf, fingerprint, token, created_at).map(Record::Completed)
+            }
+            _ => Err(RecordError("unknown state or trailing bytes")),
+        }
+    }
+}
+
+fn encode_header(
+    state: u8,
+    token: FencingToken,
+    fp: &Fingerprint,
+    at: SystemTime,
+    extra: usize,
+) -> BytesMut {
+    let mut buf = BytesMut::with_capacity(50 + extra);
+    buf.put_u8(VERSION);
+    buf.put_u8(state);
+    buf.put_u64(token.0);
+    buf.put_slice(fp.as_bytes());
+    buf.put_u64(unix_millis(at));
+    buf
+}
+
+fn encode_completed(r: &CompletedRecord) -> Bytes {
+    let headers_len: usize = r
+        .headers
+        .iter()
+        .map(|(n, v)| 6 + n.as_str().len() + v.len())
+        .sum();
+    let body_len = match &r.body {
+        StoredBody::Kept(body) => body.len(),
+        StoredBody::NotKept => 0,
+    };
+    let mut buf = encode_header(
+        STATE_COMPLETED,
+        r.token,
+        &r.fingerprint,
+        r.created_at,
+        9 + headers_len + body_len,
+    );
+    buf.put_u16(r.status.as_u16());
+    buf.put_u16(r.headers.len() as u16);
+    for (name, value) in &r.headers {
+        buf.put_u16(name.as_str().len() as u16);
+        buf.put_slice(name.as_str().as_bytes());
+        buf.put_u32(value.len() as u32);
+        buf.put_slice(value.as_bytes());
+    }
+    match &r.body {
+        StoredBody::Kept(body) => {
+            buf.put_u8(BODY_KEPT);
+            buf.put_u32(body.len() as u32);
+            buf.put_slice(body);
+        }
+        StoredBody::NotKept => buf.put_u8(BODY_NOT_KEPT),
+    }
+    buf.freeze()
+}
+
+fn decode_completed(
+    mut buf: Bytes,
+    fingerprint: Fingerprint,
+    token: FencingToken,
+    created_at: SystemTime,
+) -> Result<CompletedRecord, RecordError> {
+    need(&buf, 4)?;
+    let status = StatusCode::from_u16(buf.get_u16()).map_err(|_| RecordError("bad status"))?;
+    let count = buf.get_u16() as usize;
+    let mut headers = HeaderMap::with_capacity(count);
+    for _ in 0..count {
+        let name = take(&mut buf, 2)?;
+        let name = HeaderName::from_bytes(&name).map_err(|_| RecordError("bad header name"))?;
+        let value = take(&mut buf, 4)?;
+        let value =
+            HeaderValue::from_maybe_shared(value).map_err(|_| RecordError("bad header value"))?;
+        headers.append(name, value);
+    }
+    need(&buf, 1)?;
+    let body = match buf.get_u8() {
+        BODY_KEPT => StoredBody::Kept(take(&mut buf, 4)?),
+        BODY_NOT_KEPT => StoredBody::NotKept,
+        _ => return Err(RecordError("bad body tag")),
+    };
+    if !buf.is_empty() {
+        return Err(RecordError("trailing bytes"));
+    }
+    Ok(CompletedRecord {
+        fingerprint,
+        token,
+        created_at,
+        status,
+        headers,
+        body,
+    })
+}
+
+/// Takes a length-prefixed field; `width` is the size of the prefix in bytes (2 or 4).
+fn take(buf: &mut Bytes, width: usize) -> Result<Bytes, RecordError> {
+    need(buf, width)?;
+    let len = if width == 2 {
+        buf.get_u16() as usize
+    } else {
+        buf.get_u32() as usize
+    };
+    need(buf, len)?;
+    Ok(buf.split_to(len))
+}
+
+fn need(buf: &Bytes, len: usize) -> Result<(), RecordError> {
+    if buf.remaining() < len {
+        return Err(RecordError("truncated"));
+    }
+    Ok(())
+}
+
+fn unix_millis(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+pub(crate) fn now_millis() -> u64 {
+    unix_millis(SystemTime::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn completed(body: StoredBody) -> CompletedRecord {
+        let mut headers = HeaderMap::new();
+        headers.append("content-type", HeaderValue::from_static("application/json"));
+        headers.append("x-multi", HeaderValue::from_static("a"));
+        headers.append("x-multi", HeaderValue::from_static("b"));
+        CompletedRecord {
+            fingerprint: Fingerprint::from_bytes([7; 32]),
+            token: FencingToken::from_u64(42),
+            created_at: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+            status: StatusCode::CREATED,
+            headers,
+            body,
+        }
+    }
+
+    #[test]
+    fn completed_round_trips_with_repeated_headers() {
+        for body in [
+            StoredBody::Kept(Bytes::from_static(b"{\"id\":1}")),
+            StoredBody::Kept(Bytes::new()),
+            StoredBody::NotKept,
+        ] {
+            let record = Record::Completed(completed(body));
+            assert_eq!(Record::decode(record.encode()).unwrap(), record);
+        }
+    }
+
+    #[test]
+    fn in_flight_encoding_starts_with_the_token_prefix() {
+        let token = FencingToken::from_u64(0xDEAD_BEEF);
+        let record = Record::InFlight(InFlightRecord {
+            fingerprint: Fingerprint::from_bytes([1; 32]),
+            token,
+            created_at: UNIX_EPOCH + Duration::from_millis(5),
+        });
+        let encoded = record.encode();
+        assert!(encoded.starts_with(&token.in_flight_prefix()));
+        assert_eq!(Record::decode(encoded).unwrap(), record);
+    }
+
+    #[test]
+    fn every_truncation_is_reported_as_corrupt() {
+        let encoded =
+            Record::Completed(completed(StoredBody::Kept(Bytes::from_static(b"body")))).encode();
+        for len in 0..encoded.len() {
+            assert!(
+                Record::decode(encoded.slice(..len)).is_err(),
+                "prefix of {len} bytes decoded"
+            );
+        }
+        let mut longer = encoded.to_vec();
+        longer.push(0);
+        assert!(Record::decode(Bytes::from(longer)).is_err());
+    }
+
+    #[test]
+    fn tokens_differ() {
+        let tokens: std::collections::HashSet<_> =
+            (0..1000).map(|_| FencingToken::generate()).collect();
+        assert_eq!(tokens.len(), 1000);
+    }
+
+    proptest! {
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(raw in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = Record::decode(Bytes::from(raw));
+        }
+
+        #[test]
+        fn any_body_round_trips(body in proptest::collection::vec(any::<u8>(), 0..2048), status in 100u16..600) {
+            let mut record = completed(StoredBody::Kept(Bytes::from(body)));
+            record.status = StatusCode::from_u16(status).unwrap();
+            let record = Record::Completed(record);
+            prop_assert_eq!(Record::decode(record.encode()).unwrap(), record);
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! idempotency-proxy: a reverse proxy, and a `tower::Layer`, that makes unsafe HTTP requests
+//! safe to retry.
+//!
+//! A client attaches an idempotency key; the first request with that key goes to the upstream,
+//! its answer is stored, and every retry with the same key gets the stored answer. See
+//! [`IdempotencyLayer`] for embedding it in a Rust service, and the README for running the proxy.
+#![forbid(unsafe_code)]
+
+pub mod error;
+pub mod idempotency;
+pub mod store;
+pub mod units;
+
+pub use error::{ProblemBase, ProxyError};
+pub use store::{Store, StoreError};

@@ -1,0 +1,168 @@
+//! The in-process store: for tests and trials. Everything is lost on restart.
+//!
+//! Expiry uses tokio's clock, so tests can pause time and step over a lease or a TTL.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use super::{Fenced, Reservation, Store, StoreError};
+use crate::idempotency::fingerprint::Fingerprint;
+use crate::idempotency::key::ScopedKey;
+use crate::idempotency::record::{CompletedRecord, FencingToken, InFlightRecord, Record};
+
+/// Expired entries are swept after this many writes, so a store under steady load stays bounded.
+const SWEEP_EVERY: u64 = 1024;
+
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    inner: Mutex<Entries>,
+}
+
+#[derive(Debug, Default)]
+struct Entries {
+    records: HashMap<String, (Record, Instant)>,
+    writes: u64,
+}
+
+impl Entries {
+    /// The live record under `key`; an expired one is dropped on the way.
+    fn live(&mut self, key: &str, now: Instant) -> Option<&mut (Record, Instant)> {
+        if self
+            .records
+            .get(key)
+            .is_some_and(|(_, expires)| *expires <= now)
+        {
+            self.records.remove(key);
+        }
+        self.records.get_mut(key)
+    }
+
+    fn held_by(
+        &mut self,
+        key: &str,
+        token: FencingToken,
+        now: Instant,
+    ) -> Option<&mut (Record, Instant)> {
+        self.live(key, now)
+            .filter(|(record, _)| matches!(record, Record::InFlight(r) if r.token == token))
+    }
+
+    fn insert(&mut self, key: String, record: Record, expires: Instant) {
+        self.writes += 1;
+        if self.writes % SWEEP_EVERY == 0 {
+            let now = Instant::now();
+            self.records.retain(|_, (_, expires)| *expires > now);
+        }
+        self.records.insert(key, (record, expires));
+    }
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, Entries> {
+        // A panic while holding the lock cannot leave a half-written entry: every change is a
+        // single insert or remove, so the map stays valid and we keep serving.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn applied(done: bool) -> Fenced {
+    if done {
+        Fenced::Applied
+    } else {
+        Fenced::LeaseLost
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn reserve(
+        &self,
+        key: &ScopedKey,
+        fingerprint: Fingerprint,
+        lease: Duration,
+    ) -> Result<Reservation, StoreError> {
+        let storage_key = key.storage_key();
+        let now = Instant::now();
+        let mut entries = self.entries();
+        if let Some((record, _)) = entries.live(&storage_key, now) {
+            return Ok(record.clone().into());
+        }
+        let token = FencingToken::generate();
+        let record = Record::InFlight(InFlightRecord {
+            fingerprint,
+            token,
+            created_at: SystemTime::now(),
+        });
+        entries.insert(storage_key, record, now + lease);
+        Ok(Reservation::Acquired(token))
+    }
+
+    async fn renew(
+        &self,
+        key: &ScopedKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<Fenced, StoreError> {
+        let now = Instant::now();
+        let mut entries = self.entries();
+        let held = entries.held_by(&key.storage_key(), token, now);
+        let done = held.map(|(_, expires)| *expires = now + lease).is_some();
+        Ok(applied(done))
+    }
+
+    async fn complete(
+        &self,
+        key: &ScopedKey,
+        record: &CompletedRecord,
+        ttl: Duration,
+    ) -> Result<Fenced, StoreError> {
+        let now = Instant::now();
+        let mut entries = self.entries();
+        let held = entries.held_by(&key.storage_key(), record.token, now);
+        let done = held
+            .map(|entry| *entry = (Record::Completed(record.clone()), now + ttl))
+            .is_some();
+        Ok(applied(done))
+    }
+
+    async fn release(&self, key: &ScopedKey, token: FencingToken) -> Result<Fenced, StoreError> {
+        let storage_key = key.storage_key();
+        let mut entries = self.entries();
+        let held = entries
+            .held_by(&storage_key, token, Instant::now())
+            .is_some();
+        if held {
+            entries.records.remove(&storage_key);
+        }
+        Ok(applied(held))
+    }
+
+    async fn get(&self, key: &ScopedKey) -> Result<Option<(Record, Duration)>, StoreError> {
+        let now = Instant::now();
+        let mut entries = self.entries();
+        let live = entries.live(&key.storage_key(), now);
+        Ok(live.map(|(record, expires)| (record.clone(), *expires - now)))
+    }
+
+    async fn remove(&self, key: &ScopedKey) -> Result<bool, StoreError> {
+        let storage_key = key.storage_key();
+        let mut entries = self.entries();
+        let existed = entries.live(&storage_key, Instant::now()).is_some();
+        entries.records.remove(&storage_key);
+        Ok(existed)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,134 @@
+//! Parsing the `--store` / `store =` value (SPEC section 6) into a backend choice.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+/// Which backend to open, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreSpec {
+    Memory,
+    File(PathBuf),
+    /// `redis://` or `rediss://`, kept whole for the client to parse.
+    Redis(String),
+    /// `redis+cluster://HOST:PORT[,HOST:PORT...]`, as one `redis://` URL per seed node.
+    RedisCluster(Vec<String>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct StoreSpecError(String);
+
+impl Default for StoreSpec {
+    fn default() -> Self {
+        StoreSpec::File(PathBuf::from("idempotency-proxy.db"))
+    }
+}
+
+impl FromStr for StoreSpec {
+    type Err = StoreSpecError;
+
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        if raw == "memory" {
+            return Ok(StoreSpec::Memory);
+        }
+        if let Some(path) = raw.strip_prefix("file:") {
+            if path.is_empty() {
+                return Err(StoreSpecError("file store needs a path: file:PATH".into()));
+            }
+            return Ok(StoreSpec::File(PathBuf::from(path)));
+        }
+        if raw.starts_with("redis://") || raw.starts_with("rediss://") {
+            return Ok(StoreSpec::Redis(raw.to_owned()));
+        }
+        if let Some(nodes) = raw.strip_prefix("redis+cluster://") {
+            let nodes: Vec<String> = nodes
+                .split(',')
+                .map(|n| format!("redis://{}", n.trim()))
+                .collect();
+            if nodes.iter().any(|n| n.len() == "redis://".len()) {
+                return Err(StoreSpecError(
+                    "redis+cluster:// needs HOST:PORT[,HOST:PORT...]".into(),
+                ));
+            }
+            return Ok(StoreSpec::RedisCluster(nodes));
+        }
+        Err(StoreSpecError(format!(
+            "unknown store {raw:?}: expected memory, file:PATH, redis://HOST:PORT[/DB], rediss://… or redis+cluster://HOST:PORT[,…]"
+        )))
+    }
+}
+
+impl fmt::Display for StoreSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreSpec::Memory => f.write_str("memory"),
+            StoreSpec::File(path) => write!(f, "file:{}", path.display()),
+            StoreSpec::Redis(url) => f.write_str(url),
+            StoreSpec::RedisCluster(nodes) => {
+                let hosts: Vec<&str> = nodes
+                    .iter()
+                    .map(|n| n.trim_start_matches("redis://"))
+                    .collect();
+                write!(f, "redis+cluster://{}", hosts.join(","))
+            }
+        }
+    }
+}
+
+impl serde::Serialize for StoreSpec {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for StoreSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        raw.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_form_and_prints_it_back() {
+        for raw in [
+            "memory",
+            "file:/var/lib/idem.db",
+            "redis://127.0.0.1:6379/2",
+            "rediss://h:6380",
+            "redis+cluster://a:1,b:2",
+        ] {
+            let spec: StoreSpec = raw.parse().unwrap();
+            assert_eq!(spec.to_string(), raw);
+        }
+        assert_eq!(
+            "redis+cluster://a:1,b:2".parse::<StoreSpec>().unwrap(),
+            StoreSpec::RedisCluster(vec!["redis://a:1".into(), "redis://b:2".into()])
+        );
+    }
+
+    #[test]
+    fn refuses_unknown_or_empty() {
+        for raw in [
+            "",
+            "postgres://x",
+            "file:",
+            "redis+cluster://",
+            "redis+cluster://a:1,,b:2",
+        ] {
+            assert!(raw.parse::<StoreSpec>().is_err(), "{raw}");
+        }
+    }
+
+    #[test]
+    fn default_is_the_file_store() {
+        assert_eq!(
+            StoreSpec::default().to_string(),
+            "file:idempotency-proxy.db"
+        );
+    }
+}
