@@ -74,6 +74,8 @@ pub enum ProxyError {
     StoreUnavailable,
     #[error("no route matches this request")]
     NoRoute,
+    #[error("the request body could not be read")]
+    UnreadableBody,
 }
 
 #[derive(Serialize)]
@@ -97,6 +99,7 @@ impl ProxyError {
             ProxyError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
+            ProxyError::UnreadableBody => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -113,6 +116,7 @@ impl ProxyError {
             ProxyError::UpstreamTimeout => "upstream-timeout",
             ProxyError::StoreUnavailable => "store-unavailable",
             ProxyError::NoRoute => "no-route",
+            ProxyError::UnreadableBody => "unreadable-body",
         }
     }
 
@@ -128,6 +132,7 @@ impl ProxyError {
             ProxyError::UpstreamTimeout => "Upstream timed out",
             ProxyError::StoreUnavailable => "Idempotency store unavailable",
             ProxyError::NoRoute => "Not found",
+            ProxyError::UnreadableBody => "Request body unreadable",
         }
     }
 

@@ -6,10 +6,23 @@
 //! [`IdempotencyLayer`] for embedding it in a Rust service, and the README for running the proxy.
 #![forbid(unsafe_code)]
 
+pub mod admin;
+pub mod cli;
+pub mod config;
 pub mod error;
+mod headers;
 pub mod idempotency;
+pub mod proxy;
+pub mod router;
+pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod units;
+pub mod upstream;
 
 pub use error::{ProblemBase, ProxyError};
+pub use idempotency::{IdempotencyLayer, IdempotencyService, Policy};
 pub use store::{Store, StoreError};
+
+/// The boxed error inner services and bodies may fail with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -1,0 +1,151 @@
+//! The admin listener: health, readiness, metrics, and inspecting or dropping one record.
+//!
+//! It runs on its own address so that operators can firewall it away from clients: it can
+//! drop records, which re-opens a key to a second execution.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Json;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use serde_json::json;
+
+use crate::idempotency::key::{ClientScope, IdempotencyKey, RouteName, ScopedKey};
+use crate::idempotency::record::{Record, StoredBody};
+use crate::idempotency::Policy;
+use crate::store::Store;
+use crate::telemetry;
+
+/// The header carrying the raw value of a route's `scope_header` (e.g. the client's
+/// `Authorization`), so an operator can address that client's record. A header rather than a
+/// query parameter, because URLs end up in access logs.
+pub const SCOPE_HEADER: &str = "x-idempotency-scope";
+
+#[derive(Clone)]
+struct AdminState {
+    store: Arc<dyn Store>,
+    policies: Arc<HashMap<String, Arc<Policy>>>,
+    metrics: PrometheusHandle,
+}
+
+/// The admin routes, over the proxy's store and route policies.
+pub fn router(store: Arc<dyn Store>, policies: Vec<Arc<Policy>>) -> axum::Router {
+    let policies = policies.into_iter().map(|p| (p.route.as_str().to_owned(), p)).collect();
+    let state = AdminState { store, policies: Arc::new(policies), metrics: metrics_handle() };
+    axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(|State(s): State<AdminState>| async move { s.metrics.render() }))
+        .route("/keys/{route}/{key}", get(inspect).delete(remove))
+        .with_state(state)
+}
+
+/// The process-wide Prometheus recorder, installed on first use.
+pub fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(install_recorder).clone()
+}
+
+fn install_recorder() -> PrometheusHandle {
+    const BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+    let builder = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
+        .expect("bucket list is not empty");
+    let recorder = builder.build_recorder();
+    let handle = recorder.handle();
+    // Another recorder may already be installed by an embedding application; then we only render.
+    let _ = metrics::set_global_recorder(recorder);
+    let upkeep = handle.clone();
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_secs(5));
+        upkeep.run_upkeep();
+    });
+    handle
+}
+
+async fn readyz(State(state): State<AdminState>) -> Response {
+    match state.store.ping().await {
+        Ok(()) => (StatusCode::OK, "ready").into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness check: store unreachable");
+            (StatusCode::SERVICE_UNAVAILABLE, "store unreachable").into_response()
+        }
+    }
+}
+
+fn scoped_key(state: &AdminState, route: &str, key: String, headers: &HeaderMap) -> Result<ScopedKey, Response> {
+    let not_found = || (StatusCode::NOT_FOUND, Json(json!({"error": "no such route"}))).into_response();
+    let policy = state.policies.get(route).ok_or_else(not_found)?;
+    let route = RouteName::new(route).map_err(|_| not_found())?;
+    let key = IdempotencyKey::new(key)
+        .map_err(|e| (StatusCode::BAD_REQUEST, Json(json!({"error": e.to_string()}))).into_response())?;
+    let scope = policy.scope_header.as_ref().and_then(|_| headers.get(SCOPE_HEADER));
+    Ok(ScopedKey::new(route, scope.map(|s| ClientScope::from_secret(s.as_bytes())), key))
+}
+
+async fn inspect(State(state): State<AdminState>, Path((route, key)): Path<(String, String)>, headers: HeaderMap) -> Response {
+    let key = match scoped_key(&state, &route, key, &headers) {
+        Ok(key) => key,
+        Err(response) => return response,
+    };
+    match state.store.get(&key).await {
+        Ok(Some((record, expires_in))) => Json(record_view(&record, expires_in)).into_response(),
+        Ok(None) => (StatusCode::NOT_FOUND, Json(json!({"error": "no record"}))).into_response(),
+        Err(e) => store_error(e),
+    }
+}
+
+async fn remove(State(state): State<AdminState>, Path((route, key)): Path<(String, String)>, headers: HeaderMap) -> Response {
+    let key = match scoped_key(&state, &route, key, &headers) {
+        Ok(key) => key,
+        Err(response) => return response,
+    };
+    match state.store.remove(&key).await {
+        Ok(true) => {
+            tracing::info!(route = %key.route(), key = %key.log_id(), "record removed by an operator");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(false) => (StatusCode::NOT_FOUND, Json(json!({"error": "no record"}))).into_response(),
+        Err(e) => store_error(e),
+    }
+}
+
+fn store_error(error: crate::store::StoreError) -> Response {
+    tracing::warn!(error = %error, "admin: store unavailable");
+    (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"error": "store unavailable"}))).into_response()
+}
+
+/// What an operator may see of a record: never the body or the client's secret.
+fn record_view(record: &Record, expires_in: Duration) -> serde_json::Value {
+    let expires = humantime::format_rfc3339_millis(SystemTime::now() + expires_in).to_string();
+    match record {
+        Record::InFlight(r) => json!({
+            "state": "in_flight",
+            "created": humantime::format_rfc3339_millis(r.created_at).to_string(),
+            "expires": expires,
+            "fingerprint": r.fingerprint.short_hex(),
+        }),
+        Record::Completed(r) => json!({
+            "state": "completed",
+            "status": r.status.as_u16(),
+            "created": humantime::format_rfc3339_millis(r.created_at).to_string(),
+            "expires": expires,
+            "fingerprint": r.fingerprint.short_hex(),
+            "body_kept": matches!(r.body, StoredBody::Kept(_)),
+            "body_length": match &r.body { StoredBody::Kept(b) => Some(b.len()), StoredBody::NotKept => None },
+        }),
+    }
+}
+
+/// Makes sure the request counter exists from the start, so dashboards see zeros, not gaps.
+pub fn describe_metrics() {
+    metrics::describe_counter!(telemetry::REQUESTS_TOTAL, "Requests by route and outcome");
+    metrics::describe_counter!(telemetry::FAIL_OPEN_TOTAL, "Requests forwarded without deduplication because the store failed");
+    metrics::describe_histogram!(telemetry::STORE_SECONDS, metrics::Unit::Seconds, "Store operation latency");
+    metrics::describe_histogram!(telemetry::UPSTREAM_SECONDS, metrics::Unit::Seconds, "Upstream latency");
+}

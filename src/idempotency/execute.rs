@@ -1,0 +1,196 @@
+//! Running the first request with a key: upstream call, lease renewal, and recording the outcome.
+//!
+//! All of it runs in a task of its own, so a client that hangs up does not cancel the
+//! operation halfway: the upstream call runs to its end and its outcome is recorded, and the
+//! client's retry gets the replay instead of a second execution.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use http::{Request, Response};
+use http_body::Body as HttpBody;
+use tokio::time::Instant;
+use tower::{Service, ServiceExt};
+
+use super::buffer::{buffer, BufferedBody};
+use super::fingerprint::Fingerprint;
+use super::key::ScopedKey;
+use super::policy::{AmbiguousPolicy, Outcome, Policy};
+use super::record::{FencingToken, StoredBody};
+use super::replay::{buffered, completed_record};
+use super::RequestNotSent;
+use crate::error::ProxyError;
+use crate::store::{Fenced, Store};
+use crate::telemetry::{self, RequestOutcome};
+use crate::BoxError;
+
+/// A reservation just acquired, and everything needed to see it through.
+pub struct Execution {
+    pub store: Arc<dyn Store>,
+    pub policy: Arc<Policy>,
+    pub key: ScopedKey,
+    pub token: FencingToken,
+    pub fingerprint: Fingerprint,
+}
+
+/// How the upstream call ended, before the policy is applied.
+enum UpstreamResult {
+    Answered(http::response::Parts, BufferedBody),
+    /// Refused before the request was sent (connection refused, DNS): it did not run.
+    NotSent,
+    /// Broke after the request was sent: it may have run.
+    Failed,
+    TimedOut,
+}
+
+impl Execution {
+    /// Runs the request in its own task and waits for the answer to give the client.
+    pub async fn run<S, B>(self, inner: S, request: Request<Body>) -> (Response<Body>, RequestOutcome)
+    where
+        S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
+        S::Future: Send,
+        S::Error: Into<BoxError>,
+        B: HttpBody<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let base = self.policy.problem_base.clone();
+        match tokio::spawn(self.execute(inner, request)).await {
+            Ok(answer) => answer,
+            Err(panic) => {
+                // The record stays in flight and frees when its lease runs out.
+                tracing::error!(error = %panic, "the upstream task failed");
+                (ProxyError::UpstreamUnavailable.to_response(&base), RequestOutcome::Rejected)
+            }
+        }
+    }
+
+    async fn execute<S, B>(self, inner: S, request: Request<Body>) -> (Response<Body>, RequestOutcome)
+    where
+        S: Service<Request<Body>, Response = Response<B>>,
+        S::Error: Into<BoxError>,
+        B: HttpBody<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let renewer = tokio::spawn(renew_lease(self.store.clone(), self.key.clone(), self.token, self.policy.clone()));
+        let started = Instant::now();
+        let result = self.call_upstream(inner, request).await;
+        telemetry::upstream_call(&self.policy.route, started.elapsed());
+        renewer.abort();
+        self.settle(result).await
+    }
+
+    async fn call_upstream<S, B>(&self, inner: S, request: Request<Body>) -> UpstreamResult
+    where
+        S: Service<Request<Body>, Response = Response<B>>,
+        S::Error: Into<BoxError>,
+        B: HttpBody<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let limit = self.policy.max_cached_body.as_usize();
+        let work = async {
+            let response = match inner.oneshot(request).await.map_err(Into::into) {
+                Ok(response) => response,
+                Err(e) if is_not_sent(&*e) => return UpstreamResult::NotSent,
+                Err(e) => {
+                    tracing::warn!(route = %self.policy.route, error = %e, "upstream call failed after the request was sent");
+                    return UpstreamResult::Failed;
+                }
+            };
+            let (parts, body) = response.into_parts();
+            match buffer(body, limit).await {
+                Ok(body) => UpstreamResult::Answered(parts, body),
+                Err(_) => UpstreamResult::Failed,
+            }
+        };
+        tokio::time::timeout(self.policy.upstream_timeout, work).await.unwrap_or(UpstreamResult::TimedOut)
+    }
+
+    /// Applies the policy to the result: store it, or free the key, and answer the client.
+    async fn settle(&self, result: UpstreamResult) -> (Response<Body>, RequestOutcome) {
+        let (parts, body, outcome) = match result {
+            UpstreamResult::Answered(parts, body) => {
+                let outcome = self.policy.classify(parts.status);
+                (parts, body, outcome)
+            }
+            UpstreamResult::NotSent => self.problem(ProxyError::UpstreamUnavailable, Outcome::NotExecuted).await,
+            UpstreamResult::Failed => self.problem(ProxyError::UpstreamUnavailable, Outcome::Ambiguous).await,
+            UpstreamResult::TimedOut => self.problem(ProxyError::UpstreamTimeout, Outcome::Ambiguous).await,
+        };
+        let keep = match outcome {
+            Outcome::Definite => true,
+            Outcome::NotExecuted => false,
+            Outcome::Ambiguous => self.policy.on_ambiguous == AmbiguousPolicy::Keep,
+        };
+        let request_outcome = if keep {
+            self.complete(&parts, body.stored()).await;
+            RequestOutcome::Forwarded
+        } else {
+            self.release().await;
+            RequestOutcome::Released
+        };
+        (Response::from_parts(parts, body.into_body()), request_outcome)
+    }
+
+    async fn problem(&self, error: ProxyError, outcome: Outcome) -> (http::response::Parts, BufferedBody, Outcome) {
+        let (parts, bytes) = buffered(error.to_response(&self.policy.problem_base)).await;
+        (parts, BufferedBody::Whole(bytes), outcome)
+    }
+
+    /// Stores the outcome. A store error is retried a few times: while the outcome is not
+    /// stored, the key would free when its lease runs out and a retry could run it again.
+    async fn complete(&self, parts: &http::response::Parts, stored_body: StoredBody) {
+        let exclude = &self.policy.replay_exclude_headers;
+        let record = completed_record(parts, stored_body, self.fingerprint, self.token, exclude);
+        for attempt in 0..COMPLETE_ATTEMPTS {
+            match self.store.complete(&self.key, &record, self.policy.ttl).await {
+                Ok(Fenced::Applied) => return,
+                Ok(Fenced::LeaseLost) => {
+                    tracing::warn!(key = %self.key.log_id(), "outcome not stored: the lease ran out and the key was taken over");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(key = %self.key.log_id(), attempt, error = %e, "storing the outcome failed");
+                    tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                }
+            }
+        }
+        tracing::error!(key = %self.key.log_id(), "outcome not stored; the key frees when its lease runs out");
+    }
+
+    async fn release(&self) {
+        match self.store.release(&self.key, self.token).await {
+            Ok(_) => {}
+            Err(e) => tracing::warn!(key = %self.key.log_id(), error = %e, "releasing the key failed; it frees when its lease runs out"),
+        }
+    }
+}
+
+const COMPLETE_ATTEMPTS: u32 = 3;
+
+/// Whether an inner-service error says the request never reached the upstream.
+fn is_not_sent(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if e.is::<RequestNotSent>() {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}
+
+/// Keeps the lease alive while the upstream works, so a slow upstream never lets a duplicate in.
+async fn renew_lease(store: Arc<dyn Store>, key: ScopedKey, token: FencingToken, policy: Arc<Policy>) {
+    loop {
+        tokio::time::sleep(policy.renew_every()).await;
+        match store.renew(&key, token, policy.lease).await {
+            Ok(Fenced::Applied) => {}
+            Ok(Fenced::LeaseLost) => {
+                tracing::warn!(key = %key.log_id(), "lease lost while the upstream was working");
+                return;
+            }
+            Err(e) => tracing::warn!(key = %key.log_id(), error = %e, "renewing the lease failed"),
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! The public `tower::Layer`: holds the configuration, nothing else.
+
+use std::sync::Arc;
+
+use tower::Layer;
+
+use super::policy::Policy;
+use super::service::IdempotencyService;
+use crate::store::Store;
+
+/// Makes the wrapped service safe to retry: the first request with an idempotency key runs,
+/// its answer is stored, and every retry with that key gets the stored answer.
+///
+/// ```
+/// use std::sync::Arc;
+/// use axum::{routing::post, Router};
+/// use idempotency_proxy::idempotency::key::RouteName;
+/// use idempotency_proxy::store::MemoryStore;
+/// use idempotency_proxy::{IdempotencyLayer, Policy};
+///
+/// let mut policy = Policy::new(RouteName::new("payments").unwrap());
+/// policy.require_key = true;
+/// let app: Router = Router::new()
+///     .route("/v1/charges", post(|| async { "charged once" }))
+///     .layer(IdempotencyLayer::new(Arc::new(MemoryStore::new()), policy));
+/// # let _ = app;
+/// ```
+///
+/// The inner service gets requests with an [`axum::body::Body`]; answers are stored as the
+/// [`Policy`] says. An inner error wrapping [`RequestNotSent`](super::RequestNotSent) frees the
+/// key; any other error is ambiguous and handled by `on_ambiguous`.
+#[derive(Debug, Clone)]
+pub struct IdempotencyLayer {
+    store: Arc<dyn Store>,
+    policy: Arc<Policy>,
+}
+
+impl IdempotencyLayer {
+    pub fn new(store: Arc<dyn Store>, policy: Policy) -> Self {
+        Self { store, policy: Arc::new(policy) }
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+}
+
+impl<S> Layer<S> for IdempotencyLayer {
+    type Service = IdempotencyService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        IdempotencyService::new(inner, self.store.clone(), self.policy.clone())
+    }
+}

@@ -1,0 +1,265 @@
+//! The idempotency service: admits a request, reserves its key, and replays, refuses or runs it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::{request::Parts, Request, Response};
+use http_body::Body as HttpBody;
+use tokio::time::Instant;
+use tower::{Service, ServiceExt};
+
+use super::execute::Execution;
+use super::extract::{key_from_body, key_from_headers, read_body};
+use super::fingerprint::Fingerprint;
+use super::key::{ClientScope, IdempotencyKey, ScopedKey};
+use super::policy::{ConcurrentPolicy, KeySource, Policy, StoreErrorPolicy};
+use super::record::FencingToken;
+use super::replay::replay;
+use crate::error::ProxyError;
+use crate::store::{Reservation, Store, StoreError};
+use crate::telemetry::{self, RequestOutcome};
+use crate::BoxError;
+
+/// How long a duplicate waits before asking the store again (`concurrent = "wait"`), doubling
+/// up to the maximum: short enough to replay promptly, long enough not to hammer the store.
+const WAIT_FIRST_PAUSE: Duration = Duration::from_millis(10);
+const WAIT_MAX_PAUSE: Duration = Duration::from_millis(250);
+/// What `Retry-After` tells a duplicate that was refused while the first is in flight.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The service [`IdempotencyLayer`](super::IdempotencyLayer) wraps around an inner service.
+#[derive(Debug, Clone)]
+pub struct IdempotencyService<S> {
+    inner: S,
+    handler: Handler,
+}
+
+impl<S> IdempotencyService<S> {
+    pub(crate) fn new(inner: S, store: Arc<dyn Store>, policy: Arc<Policy>) -> Self {
+        Self { inner, handler: Handler { store, policy } }
+    }
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for IdempotencyService<S>
+where
+    S: Service<Request<Body>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError> + Send + 'static,
+    ReqBody: HttpBody<Data = Bytes> + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: HttpBody<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Response<Body>, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The ready service handles this request; the clone waits for the next.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(self.handler.clone().handle(inner, request.map(Body::new)))
+    }
+}
+
+/// A request whose key, scope and fingerprint are known and whose body is read.
+struct KeyedRequest {
+    parts: Parts,
+    body: Bytes,
+    key: ScopedKey,
+    fingerprint: Fingerprint,
+}
+
+enum Admission {
+    /// Not ours to deduplicate: forwarded as it is, body streamed.
+    PassThrough(Request<Body>),
+    Refused(ProxyError),
+    Keyed(KeyedRequest),
+}
+
+#[derive(Debug, Clone)]
+struct Handler {
+    store: Arc<dyn Store>,
+    policy: Arc<Policy>,
+}
+
+impl Handler {
+    async fn handle<S, B>(self, inner: S, request: Request<Body>) -> Result<Response<Body>, S::Error>
+    where
+        S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
+        S::Future: Send,
+        S::Error: Into<BoxError>,
+        B: HttpBody<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let started = Instant::now();
+        let (response, outcome, key_id) = match self.admit(request).await {
+            Admission::PassThrough(request) => return self.forward(inner, request, started).await,
+            Admission::Refused(error) => (self.problem(&error), RequestOutcome::Rejected, None),
+            Admission::Keyed(request) => {
+                let key_id = request.key.log_id();
+                let (response, outcome) = self.deduplicate(inner, request).await?;
+                (response, outcome, Some(key_id))
+            }
+        };
+        let route = &self.policy.route;
+        telemetry::request_finished(route, outcome, response.status(), key_id.as_deref(), started.elapsed());
+        Ok(response)
+    }
+
+    /// Steps 1 to 3 of the request's life: method, key, body limit; then scope and fingerprint.
+    async fn admit(&self, request: Request<Body>) -> Admission {
+        if !self.policy.covers(request.method()) {
+            return Admission::PassThrough(request);
+        }
+        let (parts, body) = request.into_parts();
+        let (key, body) = match &self.policy.key_source {
+            KeySource::Header(name) => match key_from_headers(&parts.headers, name) {
+                Err(e) => return Admission::Refused(e.into()),
+                Ok(None) => return self.keyless(parts, body),
+                Ok(Some(key)) => match read_body(&parts, body, self.policy.max_request_body).await {
+                    Ok(bytes) => (key, bytes),
+                    Err(e) => return Admission::Refused(e),
+                },
+            },
+            KeySource::BodyPointer(pointer) => match read_body(&parts, body, self.policy.max_request_body).await {
+                Err(e) => return Admission::Refused(e),
+                Ok(bytes) => match key_from_body(&bytes, pointer) {
+                    Err(e) => return Admission::Refused(e.into()),
+                    Ok(None) => return self.keyless(parts, Body::from(bytes)),
+                    Ok(Some(key)) => (key, bytes),
+                },
+            },
+        };
+        Admission::Keyed(self.keyed(parts, body, key))
+    }
+
+    fn keyless(&self, parts: Parts, body: Body) -> Admission {
+        if self.policy.require_key {
+            Admission::Refused(ProxyError::MissingKey)
+        } else {
+            Admission::PassThrough(Request::from_parts(parts, body))
+        }
+    }
+
+    fn keyed(&self, parts: Parts, body: Bytes, key: IdempotencyKey) -> KeyedRequest {
+        let policy = &self.policy;
+        let scope = policy.scope_header.as_ref().and_then(|name| parts.headers.get(name));
+        let scope = scope.map(|secret| ClientScope::from_secret(secret.as_bytes()));
+        let key = ScopedKey::new(policy.route.clone(), scope, key);
+        let fingerprint =
+            Fingerprint::compute(&parts.method, &parts.uri, &parts.headers, &policy.fingerprint_headers, &body);
+        KeyedRequest { parts, body, key, fingerprint }
+    }
+
+    /// Step 4: reserve, then run, replay, wait or refuse.
+    async fn deduplicate<S, B>(&self, inner: S, request: KeyedRequest) -> Result<(Response<Body>, RequestOutcome), S::Error>
+    where
+        S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
+        S::Future: Send,
+        S::Error: Into<BoxError>,
+        B: HttpBody<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let deadline = Instant::now() + self.policy.wait_timeout;
+        let mut pause = WAIT_FIRST_PAUSE;
+        loop {
+            let reservation = match self.reserve(&request).await {
+                Ok(reservation) => reservation,
+                Err(e) => return self.store_failed(inner, request, e).await,
+            };
+            let same_request = |fingerprint: &Fingerprint| *fingerprint == request.fingerprint;
+            match reservation {
+                Reservation::Acquired(token) => return Ok(self.execute(inner, request, token).await),
+                Reservation::Completed(r) if same_request(&r.fingerprint) => {
+                    return Ok((replay(r, &self.policy.problem_base), RequestOutcome::Replayed))
+                }
+                Reservation::InFlight(r) if same_request(&r.fingerprint) && self.may_wait(deadline) => {
+                    tokio::time::sleep(pause.min(deadline - Instant::now())).await;
+                    pause = (pause * 2).min(WAIT_MAX_PAUSE);
+                }
+                Reservation::InFlight(r) if same_request(&r.fingerprint) => {
+                    let in_flight = ProxyError::RequestInFlight { retry_after: RETRY_AFTER };
+                    return Ok((self.problem(&in_flight), RequestOutcome::Conflict));
+                }
+                Reservation::InFlight(_) | Reservation::Completed(_) => {
+                    return Ok((self.problem(&ProxyError::KeyReused), RequestOutcome::Mismatch))
+                }
+            }
+        }
+    }
+
+    fn may_wait(&self, deadline: Instant) -> bool {
+        self.policy.concurrent == ConcurrentPolicy::Wait && Instant::now() < deadline
+    }
+
+    async fn reserve(&self, request: &KeyedRequest) -> Result<Reservation, StoreError> {
+        let started = Instant::now();
+        let reservation = self.store.reserve(&request.key, request.fingerprint, self.policy.lease).await;
+        telemetry::store_operation("reserve", started.elapsed());
+        reservation
+    }
+
+    async fn execute<S, B>(&self, inner: S, request: KeyedRequest, token: FencingToken) -> (Response<Body>, RequestOutcome)
+    where
+        S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
+        S::Future: Send,
+        S::Error: Into<BoxError>,
+        B: HttpBody<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let execution = Execution {
+            store: self.store.clone(),
+            policy: self.policy.clone(),
+            key: request.key,
+            token,
+            fingerprint: request.fingerprint,
+        };
+        execution.run(inner, Request::from_parts(request.parts, Body::from(request.body))).await
+    }
+
+    /// The store could not answer: refuse (`fail_closed`) or forward undeduplicated (`fail_open`).
+    async fn store_failed<S, B>(&self, inner: S, request: KeyedRequest, error: StoreError) -> Result<(Response<Body>, RequestOutcome), S::Error>
+    where
+        S: Service<Request<Body>, Response = Response<B>>,
+        B: HttpBody<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        tracing::warn!(route = %self.policy.route, key = %request.key.log_id(), error = %error, "store unavailable");
+        if self.policy.on_store_error == StoreErrorPolicy::FailClosed {
+            return Ok((self.problem(&ProxyError::StoreUnavailable), RequestOutcome::Rejected));
+        }
+        metrics::counter!(telemetry::FAIL_OPEN_TOTAL, "route" => self.policy.route.as_str().to_owned()).increment(1);
+        let request = Request::from_parts(request.parts, Body::from(request.body));
+        let response = inner.oneshot(request).await?;
+        Ok((response.map(Body::new), RequestOutcome::Bypassed))
+    }
+
+    /// Forwards a request that is not deduplicated, streaming both ways.
+    async fn forward<S, B>(&self, inner: S, request: Request<Body>, started: Instant) -> Result<Response<Body>, S::Error>
+    where
+        S: Service<Request<Body>, Response = Response<B>>,
+        B: HttpBody<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let result = inner.oneshot(request).await.map(|r| r.map(Body::new));
+        let status = result.as_ref().map_or(http::StatusCode::BAD_GATEWAY, |r| r.status());
+        telemetry::request_finished(&self.policy.route, RequestOutcome::Bypassed, status, None, started.elapsed());
+        result
+    }
+
+    fn problem(&self, error: &ProxyError) -> Response<Body> {
+        error.to_response(&self.policy.problem_base)
+    }
+}

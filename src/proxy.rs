@@ -1,0 +1,94 @@
+//! Assembling the proxy from its settings, and running it until shutdown.
+//!
+//! Each route gets its own stack, outermost first:
+//! - the router picks the route (longest prefix, host), so the layer below sees only its own
+//!   route's requests and applies that route's policy;
+//! - the idempotency layer admits, reserves, replays or refuses before anything is sent,
+//!   so a duplicate never costs an upstream connection;
+//! - the forwarding client is innermost, so what the layer stores is exactly what the
+//!   upstream said, and "never sent" can be told from "sent, then lost".
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tower::Layer;
+
+use crate::config::Settings;
+use crate::idempotency::{IdempotencyLayer, Policy};
+use crate::router::{Route, Router};
+use crate::store::{self, Store, StoreError};
+use crate::{admin, server, upstream};
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot open the store: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: std::net::SocketAddr, source: std::io::Error },
+}
+
+/// The proxy's parts, built once from the settings.
+#[derive(Clone)]
+pub struct Proxy {
+    router: Router,
+    store: Arc<dyn Store>,
+    policies: Vec<Arc<Policy>>,
+}
+
+impl Proxy {
+    /// Builds the routes over an already opened store.
+    pub fn with_store(settings: &Settings, store: Arc<dyn Store>) -> Self {
+        let client = upstream::client();
+        let routes = settings.routes.iter().map(|route| Route {
+            name: route.policy.route.clone(),
+            path_prefix: route.path_prefix.clone(),
+            host: route.host.clone(),
+            service: IdempotencyLayer::new(store.clone(), route.policy.clone())
+                .layer(upstream::Upstream::new(client.clone(), route.upstream.clone())),
+        });
+        let policies = settings.routes.iter().map(|r| Arc::new(r.policy.clone())).collect();
+        Self { router: Router::new(routes.collect(), settings.problem_base.clone()), store, policies }
+    }
+
+    /// Opens the configured store and builds the routes over it.
+    pub async fn open(settings: &Settings) -> Result<Self, StartError> {
+        let store = store::open(&settings.store).await?;
+        Ok(Self::with_store(settings, store))
+    }
+
+    pub fn router(&self) -> Router {
+        self.router.clone()
+    }
+
+    pub fn admin(&self) -> axum::Router {
+        admin::router(self.store.clone(), self.policies.clone())
+    }
+}
+
+async fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr).await.map_err(|source| StartError::Bind { addr, source })
+}
+
+/// Runs the proxy (and the admin listener, if set) until `shutdown` resolves, then drains.
+pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+    admin::describe_metrics();
+    let proxy = Proxy::open(&settings).await?;
+    let listener = bind(settings.listen).await?;
+    let (stop_admin, admin_stopped) = tokio::sync::watch::channel(());
+    if let Some(addr) = settings.admin_listen {
+        let admin_listener = bind(addr).await?;
+        let mut stopped = admin_stopped.clone();
+        let admin = axum::serve(admin_listener, proxy.admin()).with_graceful_shutdown(async move {
+            let _ = stopped.changed().await;
+        });
+        tokio::spawn(async move { admin.await });
+        tracing::info!(%addr, "admin listening");
+    }
+    tracing::info!(listen = %settings.listen, store = %settings.store, routes = settings.routes.len(), "proxy listening");
+    server::run(listener, proxy.router(), shutdown, settings.drain_timeout).await;
+    let _ = stop_admin.send(());
+    tracing::info!("stopped");
+    Ok(())
+}

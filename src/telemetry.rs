@@ -1,0 +1,94 @@
+//! One place that reports what happened to a request: a log line and the request counter.
+//!
+//! Logs carry a short digest of the scoped key, never the key, a secret header or a body:
+//! idempotency keys are often guessable customer data, and a log is read by many people.
+
+use std::fmt;
+use std::time::Duration;
+
+use http::StatusCode;
+
+use crate::idempotency::key::RouteName;
+
+/// The counter of requests by route and outcome (SPEC section 7).
+pub const REQUESTS_TOTAL: &str = "idempotency_requests_total";
+/// Store operation latency, by operation.
+pub const STORE_SECONDS: &str = "idempotency_store_operation_seconds";
+/// Upstream latency, by route.
+pub const UPSTREAM_SECONDS: &str = "idempotency_upstream_seconds";
+/// Requests that went upstream without deduplication because the store failed (`fail_open`).
+pub const FAIL_OPEN_TOTAL: &str = "idempotency_fail_open_total";
+
+/// What the proxy did with a request, as named in metrics and logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestOutcome {
+    /// First request with its key: sent upstream, outcome stored.
+    Forwarded,
+    /// Answered from the store.
+    Replayed,
+    /// Another request with the key was still in flight.
+    Conflict,
+    /// The key was used before for a different request.
+    Mismatch,
+    /// Refused by the proxy (missing or invalid key, body too large, store unavailable).
+    Rejected,
+    /// Sent upstream, then the key was freed (not executed, or ambiguous with `release`).
+    Released,
+    /// Sent upstream without deduplication (no key, method not covered, store failed open).
+    Bypassed,
+}
+
+impl RequestOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestOutcome::Forwarded => "forwarded",
+            RequestOutcome::Replayed => "replayed",
+            RequestOutcome::Conflict => "conflict",
+            RequestOutcome::Mismatch => "mismatch",
+            RequestOutcome::Rejected => "rejected",
+            RequestOutcome::Released => "released",
+            RequestOutcome::Bypassed => "bypassed",
+        }
+    }
+}
+
+impl fmt::Display for RequestOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Logs and counts one finished request. `key_id` is the scoped key's short digest, if any.
+pub fn request_finished(route: &RouteName, outcome: RequestOutcome, status: StatusCode, key_id: Option<&str>, elapsed: Duration) {
+    metrics::counter!(REQUESTS_TOTAL, "route" => route.as_str().to_owned(), "outcome" => outcome.as_str())
+        .increment(1);
+    tracing::info!(
+        route = route.as_str(),
+        outcome = outcome.as_str(),
+        status = status.as_u16(),
+        latency_ms = elapsed.as_secs_f64() * 1000.0,
+        key = key_id.unwrap_or("-"),
+        "request"
+    );
+}
+
+/// Records how long one store operation took.
+pub fn store_operation(op: &'static str, elapsed: Duration) {
+    metrics::histogram!(STORE_SECONDS, "op" => op).record(elapsed.as_secs_f64());
+}
+
+/// Records how long the upstream took to answer (headers and the buffered body).
+pub fn upstream_call(route: &RouteName, elapsed: Duration) {
+    metrics::histogram!(UPSTREAM_SECONDS, "route" => route.as_str().to_owned()).record(elapsed.as_secs_f64());
+}
+
+/// Sends log lines to stderr as text or JSON; `RUST_LOG` narrows or widens what is logged.
+pub fn init_logging(format: crate::config::LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        crate::config::LogFormat::Text => builder.try_init(),
+        crate::config::LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}

@@ -1,0 +1,92 @@
+//! A real upstream service on a loopback socket that records what reaches it.
+//!
+//! Behaviour is chosen per request by query parameters, so one upstream serves every case:
+//! `status=N`, `delay_ms=N`, `body_len=N` (a body of N bytes), `cookie=1` (adds `Set-Cookie`).
+//! Every answer carries the upstream's execution counter in `x-execution` and in its body, so a
+//! test can tell a replay (same counter) from a second execution (a new one).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, Method, Response, StatusCode, Uri};
+
+/// One request as the upstream saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: Method,
+    pub uri: Uri,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+#[derive(Clone, Default)]
+struct Shared {
+    executions: Arc<AtomicU64>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+pub struct TestUpstream {
+    pub addr: SocketAddr,
+    shared: Shared,
+}
+
+impl TestUpstream {
+    pub async fn start() -> Self {
+        let shared = Shared::default();
+        let app = axum::Router::new().fallback(handle).with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { addr, shared }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every request that reached the upstream, in order.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.shared.seen.lock().unwrap().clone()
+    }
+
+    /// How many requests carried this idempotency key (header `idempotency-key`, as sent).
+    pub fn executions_of(&self, key: &str) -> usize {
+        self.seen().iter().filter(|s| s.headers.get("idempotency-key").is_some_and(|v| v == key)).count()
+    }
+}
+
+async fn handle(
+    State(shared): State<Shared>,
+    method: Method,
+    uri: Uri,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
+    let execution = shared.executions.fetch_add(1, Ordering::SeqCst) + 1;
+    shared.seen.lock().unwrap().push(Seen { method: method.clone(), uri: uri.clone(), headers, body: body.clone() });
+    let param = |name: &str| query.get(name).and_then(|v| v.parse::<u64>().ok());
+    if let Some(ms) = param("delay_ms") {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    let status = StatusCode::from_u16(param("status").unwrap_or(201) as u16).unwrap();
+    let body = match param("body_len") {
+        Some(len) => Body::from((0..len).map(|i| (i % 251) as u8).collect::<Vec<u8>>()),
+        None => Body::from(format!("{{\"execution\":{execution},\"method\":\"{method}\",\"path\":\"{}\",\"received\":{}}}", uri.path(), body.len())),
+    };
+    let mut response = Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .header("x-execution", execution.to_string())
+        .header("x-multi", "one")
+        .header("x-multi", "two");
+    if query.contains_key("cookie") {
+        response = response.header("set-cookie", format!("session={execution}; HttpOnly"));
+    }
+    response.body(body).unwrap()
+}
