@@ -1,0 +1,75 @@
+//! Reaching the Redis the tests run against.
+//!
+//! `REDIS_URL` names it (default `redis://127.0.0.1:6379`). When it cannot be reached a test
+//! prints `SKIPPED` and returns early, unless `REQUIRE_REDIS=1`, which turns that into a failure
+//! so CI cannot pass by skipping.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use idempotency_proxy::store::RedisStore;
+use redis::aio::MultiplexedConnection;
+
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+pub fn url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+}
+
+/// A key prefix no other test, and no earlier run, shares.
+pub fn unique_prefix(test: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "idempotency-proxy-test:{test}:{}:{nanos}:{n}:",
+        std::process::id()
+    )
+}
+
+/// A plain connection for writing and inspecting keys behind the store's back, or `None`
+/// (after saying so) when there is no Redis and it is not required.
+pub async fn connection() -> Option<MultiplexedConnection> {
+    let url = url();
+    match try_connect(&url).await {
+        Ok(conn) => Some(conn),
+        Err(why) if std::env::var("REQUIRE_REDIS").as_deref() == Ok("1") => {
+            panic!("REQUIRE_REDIS=1 but there is no Redis at {url}: {why}")
+        }
+        Err(why) => {
+            eprintln!(
+                "SKIPPED: no Redis at {url} ({why}); set REDIS_URL, or REQUIRE_REDIS=1 to fail"
+            );
+            None
+        }
+    }
+}
+
+async fn try_connect(url: &str) -> Result<MultiplexedConnection, String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let attempt = async {
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        redis::cmd("PING").query_async::<()>(&mut conn).await?;
+        Ok::<_, redis::RedisError>(conn)
+    };
+    match tokio::time::timeout(Duration::from_secs(3), attempt).await {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(_) => Err("no answer to PING within 3s".to_owned()),
+    }
+}
+
+/// A store under a fresh prefix, with the prefix, or `None` when Redis is absent.
+pub async fn store_with_prefix(test: &str) -> Option<(RedisStore, String)> {
+    connection().await?;
+    let prefix = unique_prefix(test);
+    let store = RedisStore::connect(&url(), &prefix)
+        .await
+        .unwrap_or_else(|e| panic!("Redis answered PING but the store cannot connect: {e}"));
+    Some((store, prefix))
+}
+
+pub async fn store(test: &str) -> Option<RedisStore> {
+    Some(store_with_prefix(test).await?.0)
+}
