@@ -458,3 +458,31 @@ async fn redis_connect_failures_do_not_reveal_the_password() {
         other => panic!("expected Open, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn redis_operations_time_out_when_redis_hangs() {
+    let Some(relay) = common::redis::Relay::start().await else {
+        return;
+    };
+    let prefix = common::redis::unique_prefix("hang");
+    let op_timeout = Duration::from_millis(300);
+    let store = RedisStore::connect(&relay.url, &prefix)
+        .await
+        .unwrap()
+        .with_op_timeout(op_timeout);
+    store.ping().await.unwrap();
+    relay.freeze();
+    let started = tokio::time::Instant::now();
+    let reserved = store.reserve(&key(), fp(1), LONG).await;
+    assert!(
+        matches!(reserved, Err(StoreError::Timeout(t)) if t == op_timeout),
+        "{reserved:?}"
+    );
+    let pinged = store.ping().await;
+    assert!(matches!(pinged, Err(StoreError::Timeout(_))), "{pinged:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+}

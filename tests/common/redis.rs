@@ -5,11 +5,16 @@
 //! so CI cannot pass by skipping.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use idempotency_proxy::store::RedisStore;
 use redis::aio::MultiplexedConnection;
+use redis::ConnectionAddr;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
 
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
@@ -76,4 +81,62 @@ pub async fn store_with_prefix(test: &str) -> Option<(RedisStore, String)> {
 
 pub async fn store(test: &str) -> Option<RedisStore> {
     Some(store_with_prefix(test).await?.0)
+}
+
+/// A TCP relay in front of the test Redis that can be made to stop answering, to stand in for
+/// a Redis that hangs.
+pub struct Relay {
+    /// The test Redis's URL with the relay's address in place of the server's.
+    pub url: String,
+    frozen: Arc<AtomicBool>,
+}
+
+impl Relay {
+    /// Starts a relay, or `None` when there is no Redis (or its URL is not plain `host:port`).
+    pub async fn start() -> Option<Relay> {
+        connection().await?;
+        let url = url();
+        let client = redis::Client::open(url.as_str()).ok()?;
+        let ConnectionAddr::Tcp(host, port) = client.get_connection_info().addr().clone() else {
+            return None;
+        };
+        let target = format!("{host}:{port}");
+        if !url.contains(&target) {
+            return None;
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let relay_addr = listener.local_addr().unwrap().to_string();
+        let frozen = Arc::new(AtomicBool::new(false));
+        tokio::spawn(accept(listener, target.clone(), frozen.clone()));
+        let url = url.replacen(&target, &relay_addr, 1);
+        Some(Relay { url, frozen })
+    }
+
+    /// From now on requests still reach Redis, but no answer comes back.
+    pub fn freeze(&self) {
+        self.frozen.store(true, Ordering::SeqCst);
+    }
+}
+
+async fn accept(listener: TcpListener, target: String, frozen: Arc<AtomicBool>) {
+    while let Ok((client, _)) = listener.accept().await {
+        let Ok(server) = TcpStream::connect(&target).await else {
+            continue;
+        };
+        let (client_read, client_write) = client.into_split();
+        let (server_read, server_write) = server.into_split();
+        let never = Arc::new(AtomicBool::new(false));
+        tokio::spawn(pipe(client_read, server_write, never));
+        tokio::spawn(pipe(server_read, client_write, frozen.clone()));
+    }
+}
+
+/// Copies bytes until either side closes; while `frozen`, what is read is dropped.
+async fn pipe(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, frozen: Arc<AtomicBool>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Ok(n @ 1..) = from.read(&mut buf).await {
+        if !frozen.load(Ordering::SeqCst) && to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
 }
