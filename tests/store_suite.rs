@@ -14,7 +14,9 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use idempotency_proxy::idempotency::fingerprint::Fingerprint;
 use idempotency_proxy::idempotency::key::{ClientScope, IdempotencyKey, RouteName, ScopedKey};
 use idempotency_proxy::idempotency::record::{CompletedRecord, FencingToken, Record, StoredBody};
-use idempotency_proxy::store::{Fenced, MemoryStore, RedisStore, Reservation, Store, StoreError};
+use idempotency_proxy::store::{
+    Fenced, MemoryStore, RedisStore, Reservation, Store, StoreError, StoreSpec,
+};
 use tokio::time::sleep;
 
 type Backend = Option<Arc<dyn Store>>;
@@ -485,4 +487,15 @@ async fn redis_operations_time_out_when_redis_hangs() {
         "took {:?}",
         started.elapsed()
     );
+}
+
+#[tokio::test]
+async fn redis_urls_open_a_redis_store() {
+    if common::redis::connection().await.is_none() {
+        return;
+    }
+    let spec: StoreSpec = common::redis::url().parse().unwrap();
+    let store = idempotency_proxy::store::open(&spec).await.unwrap();
+    store.ping().await.unwrap();
+    assert!(format!("{store:?}").contains(idempotency_proxy::store::redis::DEFAULT_PREFIX));
 }
