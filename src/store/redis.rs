@@ -101,27 +101,20 @@ pub struct RedisStore {
 
 impl RedisStore {
     /// Connects to `url` (`redis://` or `rediss://`); every key the store writes starts with
-    /// `prefix`. Fails with `Unavailable` when Redis cannot be reached within a few seconds.
+    /// `prefix`. Fails with `Unavailable` or `Timeout` when Redis cannot be reached within a few
+    /// seconds, and with `Open` when the URL is not one.
     pub async fn connect(url: &str, prefix: &str) -> Result<Self, StoreError> {
         let client = Client::open(url)
             .map_err(|e| StoreError::Open(redact(url, None, format!("invalid Redis URL: {e}"))))?;
         let password = client.get_connection_info().redis_settings().password();
         let password = password.map(str::to_owned);
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECTION_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_number_of_retries(3)
-            .set_max_delay(Duration::from_secs(1));
-        let connecting = ConnectionManager::new_with_config(client, config);
+        let connecting = ConnectionManager::new_with_config(client, manager_config());
         let conn = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => {
                 let message = format!("cannot connect to Redis: {e}");
-                return Err(StoreError::Unavailable(redact(
-                    url,
-                    password.as_deref(),
-                    message,
-                )));
+                let message = redact(url, password.as_deref(), message);
+                return Err(StoreError::Unavailable(message));
             }
             Err(_) => return Err(StoreError::Timeout(CONNECT_TIMEOUT)),
         };
@@ -187,6 +180,16 @@ impl fmt::Debug for RedisStore {
             .field("op_timeout", &self.op_timeout)
             .finish_non_exhaustive()
     }
+}
+
+/// Each connection attempt and each response is bounded; a lost connection is retried a few
+/// times in the background, and again on the next operation after that.
+fn manager_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(CONNECTION_TIMEOUT))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+        .set_number_of_retries(3)
+        .set_max_delay(Duration::from_secs(1))
 }
 
 /// A duration as Redis wants it: whole milliseconds, at least 1.
