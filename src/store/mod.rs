@@ -22,6 +22,7 @@ pub mod redis;
 mod spec;
 
 pub use memory::MemoryStore;
+pub use redis::RedisStore;
 
 pub use spec::{StoreSpec, StoreSpecError};
 
@@ -109,9 +110,11 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 pub async fn open(spec: &StoreSpec) -> Result<Arc<dyn Store>, StoreError> {
     match spec {
         StoreSpec::Memory => Ok(Arc::new(MemoryStore::new())),
-
-        StoreSpec::File(_) | StoreSpec::Redis(_) | StoreSpec::RedisCluster(_) => Err(
-            StoreError::Open(format!("the store {spec} is not available in this build")),
-        ),
+        StoreSpec::Redis(url) => Ok(Arc::new(
+            RedisStore::connect(url, redis::DEFAULT_PREFIX).await?,
+        )),
+        StoreSpec::File(_) | StoreSpec::RedisCluster(_) => Err(StoreError::Open(format!(
+            "the store {spec} is not available in this build"
+        ))),
     }
 }

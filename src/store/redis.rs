@@ -1,1 +1,296 @@
-//! placeholder
+//! The Redis store: one Redis (or a replicated pair behind one address) shared by any number of
+//! proxy replicas.
+//!
+//! Each record is one Redis string under `prefix + storage_key`, holding `Record::encode()`, with
+//! a Redis expiry equal to the lease (in flight) or the ttl (completed). Keeping a record in one
+//! key means every script touches exactly one key, so the same scripts run on Redis Cluster.
+//!
+//! Every operation is one round trip and atomic in Redis:
+//! - `reserve` is a script that returns the value if there is one and otherwise sets the new
+//!   in-flight record with its lease. Doing the read and the write from Rust would let two
+//!   replicas both see "nothing there" and both forward the request.
+//! - `renew`, `complete` and `release` are scripts that act only while the value still starts
+//!   with the holder's `FencingToken::in_flight_prefix()`. A holder whose lease ran out, and whose
+//!   key was taken by someone else (or completed), is told `LeaseLost` and writes nothing. They
+//!   read the prefix with `GETRANGE`, so checking a large completed record costs ten bytes.
+//! - `get` is a script returning the value and its `PTTL` together, so the remaining time always
+//!   belongs to the value returned.
+//! - `remove` is `DEL`, `ping` is `PING`.
+//!
+//! Scripts run by `EVALSHA` and are loaded on `NOSCRIPT` (after a Redis restart, say); they are
+//! hashed once, in statics. Durations travel as whole milliseconds, at least 1, because `PX 0` is
+//! an error in Redis and would turn a tiny lease into a failed request.
+//!
+//! The connection is a `ConnectionManager`: multiplexed, so all callers share one socket, and it
+//! reconnects by itself after Redis restarts. Connection and response time-outs bound each
+//! attempt, and every operation as a whole is bounded by the store's operation time-out, so a
+//! hung Redis turns into `StoreError::Timeout` instead of a hung request.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::LazyLock;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, RedisError, Script};
+
+use super::{Fenced, Reservation, Store, StoreError};
+use crate::idempotency::fingerprint::Fingerprint;
+use crate::idempotency::key::ScopedKey;
+use crate::idempotency::record::{CompletedRecord, FencingToken, InFlightRecord, Record};
+
+/// What every key the proxy writes starts with, unless the operator picks another prefix.
+pub const DEFAULT_PREFIX: &str = "idempotency-proxy:";
+
+const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(2);
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bounds `connect` as a whole, including the manager's own retries.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+static RESERVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"local v = redis.call('GET', KEYS[1])
+        if v then return v end
+        redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+        return false",
+    )
+});
+
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"if redis.call('GETRANGE', KEYS[1], 0, 9) ~= ARGV[1] then return 0 end
+        redis.call('PEXPIRE', KEYS[1], ARGV[2])
+        return 1",
+    )
+});
+
+static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"if redis.call('GETRANGE', KEYS[1], 0, 9) ~= ARGV[1] then return 0 end
+        redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+        return 1",
+    )
+});
+
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"if redis.call('GETRANGE', KEYS[1], 0, 9) ~= ARGV[1] then return 0 end
+        redis.call('DEL', KEYS[1])
+        return 1",
+    )
+});
+
+static GET: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"local v = redis.call('GET', KEYS[1])
+        if not v then return false end
+        return {v, redis.call('PTTL', KEYS[1])}",
+    )
+});
+
+/// A store in one Redis, reached through a self-reconnecting multiplexed connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: ConnectionManager,
+    prefix: String,
+    op_timeout: Duration,
+}
+
+impl RedisStore {
+    /// Connects to `url` (`redis://` or `rediss://`); every key the store writes starts with
+    /// `prefix`. Fails with `Unavailable` or `Timeout` when Redis cannot be reached within a few
+    /// seconds, and with `Open` when the URL is not one.
+    pub async fn connect(url: &str, prefix: &str) -> Result<Self, StoreError> {
+        let client = Client::open(url)
+            .map_err(|e| StoreError::Open(redact(url, None, format!("invalid Redis URL: {e}"))))?;
+        let password = client.get_connection_info().redis_settings().password();
+        let password = password.map(str::to_owned);
+        let connecting = ConnectionManager::new_with_config(client, manager_config());
+        let conn = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => {
+                let message = format!("cannot connect to Redis: {e}");
+                let message = redact(url, password.as_deref(), message);
+                return Err(StoreError::Unavailable(message));
+            }
+            Err(_) => return Err(StoreError::Timeout(CONNECT_TIMEOUT)),
+        };
+        Ok(Self {
+            conn,
+            prefix: prefix.to_owned(),
+            op_timeout: DEFAULT_OP_TIMEOUT,
+        })
+    }
+
+    /// Bounds every operation, including any wait for a reconnect (default 2s).
+    pub fn with_op_timeout(mut self, timeout: Duration) -> Self {
+        self.op_timeout = timeout;
+        self
+    }
+
+    fn key(&self, key: &ScopedKey) -> String {
+        format!("{}{}", self.prefix, key.storage_key())
+    }
+
+    /// Runs one Redis call under the operation time-out, mapping its failures.
+    async fn run<T, F>(&self, call: impl FnOnce(ConnectionManager) -> F) -> Result<T, StoreError>
+    where
+        F: Future<Output = Result<T, RedisError>>,
+    {
+        match tokio::time::timeout(self.op_timeout, call(self.conn.clone())).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) if e.is_timeout() => Err(StoreError::Timeout(self.op_timeout)),
+            Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
+            Err(_) => Err(StoreError::Timeout(self.op_timeout)),
+        }
+    }
+
+    /// Runs one of the fencing scripts: it answers 1 when the holder's prefix was still there.
+    async fn fenced(
+        &self,
+        script: &'static Script,
+        key: &ScopedKey,
+        token: FencingToken,
+        args: &[&[u8]],
+    ) -> Result<Fenced, StoreError> {
+        let mut invocation = script.key(self.key(key));
+        invocation.arg(&token.in_flight_prefix()[..]);
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        let applied: i64 = self
+            .run(|mut conn| async move { invocation.invoke_async(&mut conn).await })
+            .await?;
+        Ok(if applied == 1 {
+            Fenced::Applied
+        } else {
+            Fenced::LeaseLost
+        })
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    // The connection is left out: its details include the URL, and with it any password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.prefix)
+            .field("op_timeout", &self.op_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Each connection attempt and each response is bounded; a lost connection is retried a few
+/// times in the background, and again on the next operation after that.
+fn manager_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(CONNECTION_TIMEOUT))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+        .set_number_of_retries(3)
+        .set_max_delay(Duration::from_secs(1))
+}
+
+/// A duration as Redis wants it: whole milliseconds, at least 1.
+fn millis(duration: Duration) -> String {
+    duration.as_millis().clamp(1, u64::MAX.into()).to_string()
+}
+
+/// Removes the URL's password, as written and as decoded, from a message, in case a lower
+/// layer echoed it back.
+fn redact(url: &str, decoded: Option<&str>, mut message: String) -> String {
+    let written = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.rsplit_once('@'))
+        .and_then(|(userinfo, _)| userinfo.split_once(':'))
+        .map(|(_, password)| password);
+    for secret in [written, decoded].into_iter().flatten() {
+        if !secret.is_empty() {
+            message = message.replace(secret, "***");
+        }
+    }
+    message
+}
+
+fn decode(raw: Vec<u8>) -> Result<Record, StoreError> {
+    Ok(Record::decode(Bytes::from(raw))?)
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    async fn reserve(
+        &self,
+        key: &ScopedKey,
+        fingerprint: Fingerprint,
+        lease: Duration,
+    ) -> Result<Reservation, StoreError> {
+        let token = FencingToken::generate();
+        let record = Record::InFlight(InFlightRecord {
+            fingerprint,
+            token,
+            created_at: SystemTime::now(),
+        });
+        let mut invocation = RESERVE.key(self.key(key));
+        invocation.arg(record.encode().as_ref()).arg(millis(lease));
+        let existing: Option<Vec<u8>> = self
+            .run(|mut conn| async move { invocation.invoke_async(&mut conn).await })
+            .await?;
+        match existing {
+            None => Ok(Reservation::Acquired(token)),
+            Some(raw) => Ok(decode(raw)?.into()),
+        }
+    }
+
+    async fn renew(
+        &self,
+        key: &ScopedKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<Fenced, StoreError> {
+        let lease = millis(lease);
+        self.fenced(&RENEW, key, token, &[lease.as_bytes()]).await
+    }
+
+    async fn complete(
+        &self,
+        key: &ScopedKey,
+        record: &CompletedRecord,
+        ttl: Duration,
+    ) -> Result<Fenced, StoreError> {
+        let encoded = Record::Completed(record.clone()).encode();
+        let ttl = millis(ttl);
+        let args: [&[u8]; 2] = [&encoded, ttl.as_bytes()];
+        self.fenced(&COMPLETE, key, record.token, &args).await
+    }
+
+    async fn release(&self, key: &ScopedKey, token: FencingToken) -> Result<Fenced, StoreError> {
+        self.fenced(&RELEASE, key, token, &[]).await
+    }
+
+    async fn get(&self, key: &ScopedKey) -> Result<Option<(Record, Duration)>, StoreError> {
+        let invocation = GET.key(self.key(key));
+        let found: Option<(Vec<u8>, i64)> = self
+            .run(|mut conn| async move { invocation.invoke_async(&mut conn).await })
+            .await?;
+        let Some((raw, pttl)) = found else {
+            return Ok(None);
+        };
+        // PTTL is -1 only for a value someone wrote without an expiry: it never runs out.
+        let left = u64::try_from(pttl).map_or(Duration::MAX, Duration::from_millis);
+        Ok(Some((decode(raw)?, left)))
+    }
+
+    async fn remove(&self, key: &ScopedKey) -> Result<bool, StoreError> {
+        let key = self.key(key);
+        let removed: i64 = self
+            .run(|mut conn| async move { redis::cmd("DEL").arg(key).query_async(&mut conn).await })
+            .await?;
+        Ok(removed > 0)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.run(|mut conn| async move { redis::cmd("PING").query_async::<()>(&mut conn).await })
+            .await
+    }
+}

@@ -1,0 +1,501 @@
+//! One suite of store cases, run against every backend.
+//!
+//! `store_suite!` turns each case below into a test per backend, so a backend that behaves
+//! differently from the others fails by name. The Redis cases need a Redis (see
+//! `common/redis.rs`); without one they report `SKIPPED` unless `REQUIRE_REDIS=1`.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use idempotency_proxy::idempotency::fingerprint::Fingerprint;
+use idempotency_proxy::idempotency::key::{ClientScope, IdempotencyKey, RouteName, ScopedKey};
+use idempotency_proxy::idempotency::record::{CompletedRecord, FencingToken, Record, StoredBody};
+use idempotency_proxy::store::{
+    Fenced, MemoryStore, RedisStore, Reservation, Store, StoreError, StoreSpec,
+};
+use tokio::time::sleep;
+
+type Backend = Option<Arc<dyn Store>>;
+
+async fn memory(_test: &str) -> Backend {
+    Some(Arc::new(MemoryStore::new()))
+}
+
+async fn redis(test: &str) -> Backend {
+    Some(Arc::new(common::redis::store(test).await?))
+}
+
+macro_rules! store_suite {
+    ($backend:ident) => {
+        store_suite!(@cases $backend, [
+            fresh_reserve_acquires,
+            second_reserve_sees_the_holder,
+            completion_is_replayed_byte_for_byte,
+            strangers_are_fenced_off,
+            release_by_the_holder_frees_the_key,
+            an_expired_lease_frees_the_key_and_fences_the_old_holder,
+            renew_keeps_a_short_lease_alive,
+            a_completed_record_expires_after_its_ttl,
+            get_reports_the_time_left,
+            remove_deletes_and_reports_whether_it_existed,
+            scoped_keys_never_collide,
+            concurrent_reserves_admit_exactly_one,
+        ]);
+    };
+    (@cases $backend:ident, [$($case:ident),* $(,)?]) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let test = concat!(stringify!($backend), "-", stringify!($case));
+                    if let Some(store) = super::$backend(test).await {
+                        super::$case(store).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+store_suite!(memory);
+store_suite!(redis);
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn scoped(route: &str, client: Option<&[u8]>, key: &str) -> ScopedKey {
+    ScopedKey::new(
+        RouteName::new(route).unwrap(),
+        client.map(ClientScope::from_secret),
+        IdempotencyKey::new(key).unwrap(),
+    )
+}
+
+fn key() -> ScopedKey {
+    scoped("payments", None, "order-1")
+}
+
+fn fp(n: u8) -> Fingerprint {
+    Fingerprint::from_bytes([n; 32])
+}
+
+/// A completed record with repeated headers and `body`; `created_at` is whole milliseconds, as
+/// the encoding keeps it.
+fn outcome(token: FencingToken, body: Bytes) -> CompletedRecord {
+    let mut headers = HeaderMap::new();
+    headers.append("content-type", HeaderValue::from_static("application/json"));
+    headers.append("x-multi", HeaderValue::from_static("first"));
+    headers.append("x-multi", HeaderValue::from_static("second"));
+    CompletedRecord {
+        fingerprint: fp(1),
+        token,
+        created_at: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+        status: StatusCode::CREATED,
+        headers,
+        body: StoredBody::Kept(body),
+    }
+}
+
+fn small_body() -> Bytes {
+    Bytes::from_static(b"{\"id\":\"ch_1\"}")
+}
+
+/// 1 MiB of arbitrary bytes (zeros, invalid UTF-8, CR LF), so any re-encoding or truncation shows.
+fn big_body() -> Bytes {
+    (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect()
+}
+
+async fn acquire(store: &dyn Store, key: &ScopedKey, lease: Duration) -> FencingToken {
+    match store.reserve(key, fp(1), lease).await.unwrap() {
+        Reservation::Acquired(token) => token,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+async fn record(store: &dyn Store, key: &ScopedKey) -> Option<Record> {
+    store.get(key).await.unwrap().map(|(record, _)| record)
+}
+
+fn in_flight_token(record: Option<Record>) -> FencingToken {
+    match record {
+        Some(Record::InFlight(r)) => r.token,
+        other => panic!("expected an in-flight record, got {other:?}"),
+    }
+}
+
+async fn fresh_reserve_acquires(store: Arc<dyn Store>) {
+    let token = acquire(&*store, &key(), LONG).await;
+    match record(&*store, &key()).await {
+        Some(Record::InFlight(r)) => {
+            assert_eq!(r.token, token);
+            assert_eq!(r.fingerprint, fp(1));
+        }
+        other => panic!("expected the new in-flight record, got {other:?}"),
+    }
+}
+
+async fn second_reserve_sees_the_holder(store: Arc<dyn Store>) {
+    let token = acquire(&*store, &key(), LONG).await;
+    match store.reserve(&key(), fp(2), LONG).await.unwrap() {
+        Reservation::InFlight(r) => {
+            assert_eq!(r.token, token);
+            assert_eq!(
+                r.fingerprint,
+                fp(1),
+                "the holder's fingerprint, not the caller's"
+            );
+        }
+        other => panic!("expected InFlight, got {other:?}"),
+    }
+}
+
+async fn completion_is_replayed_byte_for_byte(store: Arc<dyn Store>) {
+    for (name, body) in [("small", small_body()), ("big", big_body())] {
+        let key = scoped("payments", None, name);
+        let token = acquire(&*store, &key, LONG).await;
+        let done = outcome(token, body.clone());
+        assert_eq!(
+            store.complete(&key, &done, LONG).await.unwrap(),
+            Fenced::Applied
+        );
+        let Reservation::Completed(replay) = store.reserve(&key, fp(1), LONG).await.unwrap() else {
+            panic!("expected Completed for the {name} body");
+        };
+        assert_eq!(replay.status, StatusCode::CREATED);
+        let multi: Vec<_> = replay.headers.get_all("x-multi").iter().collect();
+        assert_eq!(multi, ["first", "second"]);
+        assert_eq!(replay.body, StoredBody::Kept(body), "{name} body differs");
+        assert_eq!(replay, done);
+    }
+}
+
+async fn strangers_are_fenced_off(store: Arc<dyn Store>) {
+    let token = acquire(&*store, &key(), LONG).await;
+    let stranger = FencingToken::generate();
+    let before = record(&*store, &key()).await;
+    let lost = Fenced::LeaseLost;
+    assert_eq!(
+        store
+            .complete(&key(), &outcome(stranger, small_body()), LONG)
+            .await
+            .unwrap(),
+        lost
+    );
+    assert_eq!(store.renew(&key(), stranger, LONG).await.unwrap(), lost);
+    assert_eq!(store.release(&key(), stranger).await.unwrap(), lost);
+    assert_eq!(
+        record(&*store, &key()).await,
+        before,
+        "a stranger changed the record"
+    );
+
+    // Once completed, nobody holds the key any more: not even the old holder can touch it.
+    let done = outcome(token, small_body());
+    assert_eq!(
+        store.complete(&key(), &done, LONG).await.unwrap(),
+        Fenced::Applied
+    );
+    assert_eq!(
+        store
+            .complete(&key(), &outcome(token, big_body()), LONG)
+            .await
+            .unwrap(),
+        lost
+    );
+    assert_eq!(store.renew(&key(), token, LONG).await.unwrap(), lost);
+    assert_eq!(store.release(&key(), token).await.unwrap(), lost);
+    assert_eq!(record(&*store, &key()).await, Some(Record::Completed(done)));
+}
+
+async fn release_by_the_holder_frees_the_key(store: Arc<dyn Store>) {
+    let token = acquire(&*store, &key(), LONG).await;
+    assert_eq!(store.release(&key(), token).await.unwrap(), Fenced::Applied);
+    assert_eq!(record(&*store, &key()).await, None);
+    let next = acquire(&*store, &key(), LONG).await;
+    assert_ne!(next, token);
+}
+
+async fn an_expired_lease_frees_the_key_and_fences_the_old_holder(store: Arc<dyn Store>) {
+    let old = acquire(&*store, &key(), Duration::from_millis(150)).await;
+    sleep(Duration::from_millis(400)).await;
+    let new = acquire(&*store, &key(), LONG).await;
+    let late = outcome(old, small_body());
+    assert_eq!(
+        store.complete(&key(), &late, LONG).await.unwrap(),
+        Fenced::LeaseLost
+    );
+    assert_eq!(
+        store.renew(&key(), old, LONG).await.unwrap(),
+        Fenced::LeaseLost
+    );
+    assert_eq!(store.release(&key(), old).await.unwrap(), Fenced::LeaseLost);
+    assert_eq!(in_flight_token(record(&*store, &key()).await), new);
+}
+
+async fn renew_keeps_a_short_lease_alive(store: Arc<dyn Store>) {
+    let lease = Duration::from_millis(400);
+    let token = acquire(&*store, &key(), lease).await;
+    for _ in 0..6 {
+        sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            store.renew(&key(), token, lease).await.unwrap(),
+            Fenced::Applied
+        );
+    }
+    // 600ms have passed: without the renewals the lease would have run out.
+    assert_eq!(in_flight_token(record(&*store, &key()).await), token);
+    sleep(Duration::from_millis(900)).await;
+    assert_ne!(acquire(&*store, &key(), LONG).await, token);
+}
+
+async fn a_completed_record_expires_after_its_ttl(store: Arc<dyn Store>) {
+    let token = acquire(&*store, &key(), LONG).await;
+    let ttl = Duration::from_millis(300);
+    assert_eq!(
+        store
+            .complete(&key(), &outcome(token, small_body()), ttl)
+            .await
+            .unwrap(),
+        Fenced::Applied
+    );
+    assert!(matches!(
+        record(&*store, &key()).await,
+        Some(Record::Completed(_))
+    ));
+    sleep(Duration::from_millis(700)).await;
+    assert_eq!(record(&*store, &key()).await, None);
+    acquire(&*store, &key(), LONG).await;
+}
+
+async fn get_reports_the_time_left(store: Arc<dyn Store>) {
+    assert!(store.get(&key()).await.unwrap().is_none());
+    let lease = Duration::from_secs(10);
+    let token = acquire(&*store, &key(), lease).await;
+    let (_, left) = store.get(&key()).await.unwrap().unwrap();
+    assert!(
+        left > Duration::ZERO && left <= lease,
+        "{left:?} left of a {lease:?} lease"
+    );
+    let ttl = Duration::from_secs(60);
+    store
+        .complete(&key(), &outcome(token, small_body()), ttl)
+        .await
+        .unwrap();
+    let (_, left) = store.get(&key()).await.unwrap().unwrap();
+    assert!(
+        left > lease && left <= ttl,
+        "{left:?} left of a {ttl:?} ttl"
+    );
+}
+
+async fn remove_deletes_and_reports_whether_it_existed(store: Arc<dyn Store>) {
+    assert!(!store.remove(&key()).await.unwrap());
+    let token = acquire(&*store, &key(), LONG).await;
+    assert!(store.remove(&key()).await.unwrap());
+    assert_eq!(record(&*store, &key()).await, None);
+    assert!(!store.remove(&key()).await.unwrap());
+    // The holder of a removed reservation has lost it.
+    let done = outcome(token, small_body());
+    assert_eq!(
+        store.complete(&key(), &done, LONG).await.unwrap(),
+        Fenced::LeaseLost
+    );
+
+    let token = acquire(&*store, &key(), LONG).await;
+    store
+        .complete(&key(), &outcome(token, small_body()), LONG)
+        .await
+        .unwrap();
+    assert!(store.remove(&key()).await.unwrap());
+    acquire(&*store, &key(), LONG).await;
+}
+
+async fn scoped_keys_never_collide(store: Arc<dyn Store>) {
+    let keys = [
+        scoped("payments", None, "k:1"),
+        scoped("refunds", None, "k:1"),
+        scoped("payments", Some(b"Bearer alice"), "k:1"),
+        scoped("payments", Some(b"Bearer bob"), "k:1"),
+        scoped("payments", None, "-:k:1"),
+        scoped("payments", None, "k"),
+    ];
+    let mut tokens = Vec::new();
+    for key in &keys {
+        tokens.push(acquire(&*store, key, LONG).await);
+    }
+    let done = outcome(tokens[0], small_body());
+    assert_eq!(
+        store.complete(&keys[0], &done, LONG).await.unwrap(),
+        Fenced::Applied
+    );
+    for (key, token) in keys.iter().zip(&tokens).skip(1) {
+        assert_eq!(in_flight_token(record(&*store, key).await), *token);
+    }
+}
+
+async fn concurrent_reserves_admit_exactly_one(store: Arc<dyn Store>) {
+    let start = Arc::new(tokio::sync::Barrier::new(32));
+    let tasks: Vec<_> = (0..32)
+        .map(|_| {
+            let (store, start) = (store.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                store.reserve(&key(), fp(1), LONG).await.unwrap()
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    let mut seen = Vec::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            Reservation::Acquired(token) => winners.push(token),
+            Reservation::InFlight(r) => seen.push(r.token),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(
+        winners.len(),
+        1,
+        "{} reservations acquired one key",
+        winners.len()
+    );
+    assert!(
+        seen.iter().all(|t| *t == winners[0]),
+        "a loser saw another holder"
+    );
+}
+
+// Redis only: what the store leaves in Redis itself, and what it makes of values it did not
+// write.
+
+/// The record's key in Redis, as the store names it.
+fn redis_key(prefix: &str, key: &ScopedKey) -> String {
+    format!("{prefix}{}", key.storage_key())
+}
+
+async fn pttl(conn: &mut ::redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    ::redis::cmd("PTTL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn redis_keeps_one_key_per_record_under_the_prefix_with_its_expiry() {
+    let Some((store, prefix)) = common::redis::store_with_prefix("layout").await else {
+        return;
+    };
+    let mut conn = common::redis::connection().await.unwrap();
+    let name = redis_key(&prefix, &key());
+    let token = acquire(&store, &key(), Duration::from_secs(10)).await;
+    let left = pttl(&mut conn, &name).await;
+    assert!(left > 0 && left <= 10_000, "in-flight PTTL {left}");
+    let done = outcome(token, small_body());
+    store.complete(&key(), &done, LONG).await.unwrap();
+    let left = pttl(&mut conn, &name).await;
+    assert!(left > 10_000 && left <= 30_000, "completed PTTL {left}");
+    let keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(keys, [name]);
+}
+
+#[tokio::test]
+async fn redis_reports_a_corrupt_value_instead_of_panicking() {
+    let Some((store, prefix)) = common::redis::store_with_prefix("corrupt").await else {
+        return;
+    };
+    let mut conn = common::redis::connection().await.unwrap();
+    let name = redis_key(&prefix, &key());
+    let garbage: &[u8] = b"\x01\x01not a record";
+    let _: () = ::redis::cmd("SET")
+        .arg(&name)
+        .arg(garbage)
+        .arg("PX")
+        .arg(10_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let reserved = store.reserve(&key(), fp(1), LONG).await;
+    assert!(
+        matches!(reserved, Err(StoreError::Corrupt(_))),
+        "{reserved:?}"
+    );
+    let got = store.get(&key()).await;
+    assert!(matches!(got, Err(StoreError::Corrupt(_))), "{got:?}");
+    // A fenced write finds no holder's prefix there and leaves the value alone.
+    let stranger = FencingToken::generate();
+    assert_eq!(
+        store.renew(&key(), stranger, LONG).await.unwrap(),
+        Fenced::LeaseLost
+    );
+    let still: Vec<u8> = ::redis::cmd("GET")
+        .arg(&name)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(still, garbage);
+}
+
+#[tokio::test]
+async fn redis_connect_failures_do_not_reveal_the_password() {
+    let refused = RedisStore::connect("redis://proxy:s3cret-pw@127.0.0.1:1/0", "x:").await;
+    match refused {
+        Err(StoreError::Unavailable(message)) => {
+            assert!(!message.contains("s3cret-pw"), "{message}");
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    let invalid = RedisStore::connect("redis://proxy:s3cret-pw@host:notaport", "x:").await;
+    match invalid {
+        Err(StoreError::Open(message)) => assert!(!message.contains("s3cret-pw"), "{message}"),
+        other => panic!("expected Open, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn redis_operations_time_out_when_redis_hangs() {
+    let Some(relay) = common::redis::Relay::start().await else {
+        return;
+    };
+    let prefix = common::redis::unique_prefix("hang");
+    let op_timeout = Duration::from_millis(300);
+    let store = RedisStore::connect(&relay.url, &prefix)
+        .await
+        .unwrap()
+        .with_op_timeout(op_timeout);
+    store.ping().await.unwrap();
+    relay.freeze();
+    let started = tokio::time::Instant::now();
+    let reserved = store.reserve(&key(), fp(1), LONG).await;
+    assert!(
+        matches!(reserved, Err(StoreError::Timeout(t)) if t == op_timeout),
+        "{reserved:?}"
+    );
+    let pinged = store.ping().await;
+    assert!(matches!(pinged, Err(StoreError::Timeout(_))), "{pinged:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn redis_urls_open_a_redis_store() {
+    if common::redis::connection().await.is_none() {
+        return;
+    }
+    let spec: StoreSpec = common::redis::url().parse().unwrap();
+    let store = idempotency_proxy::store::open(&spec).await.unwrap();
+    store.ping().await.unwrap();
+    assert!(format!("{store:?}").contains(idempotency_proxy::store::redis::DEFAULT_PREFIX));
+}
