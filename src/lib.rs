@@ -6,6 +6,8 @@
 //! [`IdempotencyLayer`] for embedding it in a Rust service, and the README for running the proxy.
 #![forbid(unsafe_code)]
 
+pub mod cli;
+pub mod config;
 pub mod error;
 pub mod idempotency;
 pub mod store;

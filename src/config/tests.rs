@@ -1,0 +1,1 @@
+//! Tests of loading, validating and printing the configuration.
