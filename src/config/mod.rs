@@ -5,7 +5,7 @@
 //! names the file, the line and the key (or the flag), so an operator can fix it at once.
 
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,10 +23,12 @@ mod resolve;
 mod source;
 
 #[cfg(test)]
+mod error_tests;
+#[cfg(test)]
 mod tests;
 
 /// The listen address when neither the file nor `--listen` names one.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080);
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

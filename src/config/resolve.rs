@@ -70,12 +70,7 @@ fn origin(src: &Source, given: &Given) -> String {
 }
 
 pub fn resolve(src: &Source, raw: RawFile, cli: &Cli) -> Result<Settings, ConfigError> {
-    let problem_base = Arc::new(match &raw.problem_base {
-        Some(base) => {
-            ProblemBase::published(base.get_ref()).map_err(|r| src.bad(base, "problem_base", r))?
-        }
-        None => ProblemBase::default(),
-    });
+    let problem_base = Arc::new(problem_base(src, raw.problem_base.as_ref())?);
     let mut defaults = Policy::new(RouteName::new(RouteName::DEFAULT).expect("a valid route name"));
     defaults.problem_base = Arc::clone(&problem_base);
     policy::apply(src, &mut defaults, &raw.defaults.unwrap_or_default())?;
@@ -95,18 +90,22 @@ pub fn resolve(src: &Source, raw: RawFile, cli: &Cli) -> Result<Settings, Config
     })
 }
 
+fn problem_base(src: &Source, file: Option<&Spanned<String>>) -> Result<ProblemBase, ConfigError> {
+    match file {
+        Some(base) => {
+            ProblemBase::published(base.get_ref()).map_err(|r| src.bad(base, "problem_base", r))
+        }
+        None => Ok(ProblemBase::default()),
+    }
+}
+
 fn listen(
     src: &Source,
     cli: &Cli,
     file: Option<&Spanned<String>>,
 ) -> Result<SocketAddr, ConfigError> {
-    match Given::pick(("--listen", cli.listen.as_ref()), ("listen", file)) {
-        Some(given) => given.parse(src, socket_addr),
-        None => socket_addr(DEFAULT_LISTEN).map_err(|reason| ConfigError::Flag {
-            flag: "--listen",
-            reason,
-        }),
-    }
+    Given::pick(("--listen", cli.listen.as_ref()), ("listen", file))
+        .map_or(Ok(DEFAULT_LISTEN), |given| given.parse(src, socket_addr))
 }
 
 fn admin_listen(
@@ -158,25 +157,34 @@ fn routes(
         routes.push(route(src, head, span, policy)?);
     }
     if let Some(given) = upstream {
-        if let Some(span) = names.get(RouteName::DEFAULT) {
-            let reason = format!(
-                "key \"name\": route name \"default\" is already taken by {}",
-                origin(src, &given)
-            );
-            return Err(src.at(span.clone(), Some("name"), reason));
-        }
-        let upstream = given.parse(src, upstream_uri)?;
-        routes.push(RouteSettings {
-            path_prefix: "/".into(),
-            host: None,
-            upstream,
-            policy: defaults.clone(),
-        });
+        routes.push(default_route(src, given, defaults, &names)?);
     }
     if routes.is_empty() {
         return Err(ConfigError::NoUpstream);
     }
     Ok(routes)
+}
+
+/// The route `default`, for the top-level upstream; a configured route may not take its name.
+fn default_route(
+    src: &Source,
+    upstream: Given,
+    defaults: &Policy,
+    names: &HashMap<String, Range<usize>>,
+) -> Result<RouteSettings, ConfigError> {
+    if let Some(span) = names.get(RouteName::DEFAULT) {
+        let reason = format!(
+            "key \"name\": route name \"default\" is already taken by {}",
+            origin(src, &upstream)
+        );
+        return Err(src.at(span.clone(), Some("name"), reason));
+    }
+    Ok(RouteSettings {
+        path_prefix: "/".into(),
+        host: None,
+        upstream: upstream.parse(src, upstream_uri)?,
+        policy: defaults.clone(),
+    })
 }
 
 fn unique_name(
