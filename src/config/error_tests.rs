@@ -109,6 +109,8 @@ fn bad_headers_methods_and_statuses_are_refused() {
 fn a_multi_line_array_is_reported_at_its_bad_element_with_its_key() {
     let text = format!("{UPSTREAM}[defaults]\nrelease_on = [\n  503,\n  \"x\",\n]\n");
     refused(&text, 5, "release_on");
+    let text = format!("{UPSTREAM}[defaults]\nrelease_on = [\n503,\n\"x\",\n]\n");
+    refused(&text, 5, "release_on");
 }
 
 #[test]
@@ -205,6 +207,15 @@ fn syntax_errors_name_the_line() {
     .to_string();
     assert!(message.starts_with("config.toml:2: "), "{message}");
     assert!(!message.contains('\n'), "{message}");
+    assert!(
+        !message.contains("upstream"),
+        "a key on another line is not to blame: {message}"
+    );
+}
+
+#[test]
+fn dotted_keys_are_named_by_their_last_part() {
+    refused(&format!("{UPSTREAM}defaults.ttl = \"5x\"\n"), 2, "ttl");
 }
 
 #[test]

@@ -69,30 +69,41 @@ impl<'a> Source<'a> {
         }
     }
 
-    /// The key assigned on the line at `offset`, or on the nearest line above it, for a value
-    /// that starts a multi-line array.
+    /// The key assigned on the line at `offset`, or on the nearest line above it when the value
+    /// is an element of a multi-line array; never across a table header.
     fn key_at(&self, offset: usize) -> Option<String> {
         let end = offset.min(self.text.len());
-        let before = self.text.get(..end)?;
+        let line_start = self.text.get(..end)?.rfind('\n').map_or(0, |i| i + 1);
         let line_end = self
             .text
             .get(end..)?
             .find('\n')
             .map_or(self.text.len(), |i| end + i);
-        let current = self
-            .text
-            .get(before.rfind('\n').map_or(0, |i| i + 1)..line_end)?;
-        std::iter::once(current)
-            .chain(before.lines().rev().skip(1))
-            .take(64)
-            .find_map(assigned_key)
+        let current = self.text.get(line_start..line_end)?;
+        let above = self.text.get(..line_start)?.lines().rev();
+        let lines = std::iter::once(current).chain(above);
+        for line in lines.take(64) {
+            if is_table_header(line) {
+                return None;
+            }
+            if let Some(key) = assigned_key(line) {
+                return Some(key);
+            }
+        }
+        None
     }
 }
 
-/// `name` from a line `name = value`, if the line is one.
+/// `[table]` or `[[array]]`, even when malformed; a nested array element has quotes or commas.
+fn is_table_header(line: &str) -> bool {
+    let line = line.trim();
+    line.starts_with('[') && !line.contains(['"', '\'', ','])
+}
+
+/// `name` from a line `name = value` (the last part of a dotted `a.name = value`).
 fn assigned_key(line: &str) -> Option<String> {
     let (key, _) = line.split_once('=')?;
-    let key = key.trim().trim_matches('"');
+    let key = key.rsplit('.').next()?.trim().trim_matches('"');
     let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
     (!key.is_empty() && key.chars().all(plain)).then(|| key.to_owned())
 }
