@@ -1,0 +1,127 @@
+//! The config file as written (SPEC section 8): raw serde structs, before any validation.
+//!
+//! Values that need checks serde cannot express (header names, durations, URLs) stay strings
+//! here and are wrapped in `Spanned`, so that `resolve` can name the line of a bad value. The
+//! same structs serialize back, which is how `Settings::to_toml` prints the effective config.
+
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+use super::LogFormat;
+use crate::idempotency::policy::{AmbiguousPolicy, ConcurrentPolicy, StoreErrorPolicy};
+use crate::units::ByteSize;
+
+/// The whole file. Every key is optional: a file may set only routes, or only defaults.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_listen: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem_base: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_format: Option<LogFormat>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain_timeout: Option<Spanned<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defaults: Option<PolicyTable>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<Spanned<RouteTable>>,
+}
+
+/// What a `[[routes]]` table says besides policy: which requests it takes, and where they go.
+#[derive(Debug, Default)]
+pub struct RouteHead {
+    pub name: Option<Spanned<String>>,
+    pub path_prefix: Option<Spanned<String>>,
+    pub host: Option<Spanned<String>>,
+    pub upstream: Option<Spanned<String>>,
+}
+
+/// Declares the policy keys once and generates, from that one list, the `[defaults]` table,
+/// the `[[routes]]` table (which serde cannot `flatten` while denying unknown fields), and
+/// the conversions between a route table and its head plus policy.
+macro_rules! policy_keys {
+    ($($key:ident: $ty:ty,)*) => {
+        /// The policy keys of a `[defaults]` or `[[routes]]` table; an absent key inherits.
+        #[derive(Debug, Default, Deserialize, Serialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct PolicyTable {
+            $(
+                #[serde(skip_serializing_if = "Option::is_none")]
+                pub $key: Option<Spanned<$ty>>,
+            )*
+        }
+
+        /// One `[[routes]]` table: the route's own keys, then any policy key.
+        #[derive(Debug, Default, Deserialize, Serialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct RouteTable {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pub name: Option<Spanned<String>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pub path_prefix: Option<Spanned<String>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pub host: Option<Spanned<String>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pub upstream: Option<Spanned<String>>,
+            $(
+                #[serde(skip_serializing_if = "Option::is_none")]
+                pub $key: Option<Spanned<$ty>>,
+            )*
+        }
+
+        impl RouteTable {
+            pub fn split(self) -> (RouteHead, PolicyTable) {
+                let head = RouteHead {
+                    name: self.name,
+                    path_prefix: self.path_prefix,
+                    host: self.host,
+                    upstream: self.upstream,
+                };
+                (head, PolicyTable { $($key: self.$key,)* })
+            }
+
+            pub fn join(head: RouteHead, policy: PolicyTable) -> Self {
+                Self {
+                    name: head.name,
+                    path_prefix: head.path_prefix,
+                    host: head.host,
+                    upstream: head.upstream,
+                    $($key: policy.$key,)*
+                }
+            }
+        }
+    };
+}
+
+policy_keys! {
+    methods: Vec<String>,
+    key_header: String,
+    key_body_pointer: String,
+    require_key: bool,
+    scope_header: String,
+    fingerprint_headers: Vec<String>,
+    ttl: String,
+    lease: String,
+    concurrent: ConcurrentPolicy,
+    wait_timeout: String,
+    upstream_timeout: String,
+    max_request_body: ByteSize,
+    max_cached_body: ByteSize,
+    release_on: Vec<i64>,
+    on_ambiguous: AmbiguousPolicy,
+    on_store_error: StoreErrorPolicy,
+    replay_exclude_headers: Vec<String>,
+}
+
+/// Wraps a value for printing; spans only matter for values read from a file.
+pub fn unspanned<T>(value: T) -> Option<Spanned<T>> {
+    Some(Spanned::new(0..0, value))
+}

@@ -1,0 +1,81 @@
+//! Printing the effective configuration (`--check`) in the config file's own vocabulary.
+//!
+//! The output is built from the same raw structs the file is read into, so it cannot drift
+//! from what the file accepts. Every route is printed with every policy key, and the route
+//! `default` as an ordinary `[[routes]]` table with prefix `/`, so loading the output gives the
+//! same settings without any `[defaults]` or top-level `upstream`.
+
+use super::file::{unspanned, PolicyTable, RawFile, RouteHead, RouteTable};
+use super::{RouteSettings, Settings};
+use crate::idempotency::policy::{KeySource, Policy};
+use toml::Spanned;
+
+pub fn to_toml(settings: &Settings) -> String {
+    let raw = RawFile {
+        listen: unspanned(settings.listen.to_string()),
+        admin_listen: settings.admin_listen.and_then(|a| unspanned(a.to_string())),
+        store: unspanned(settings.store.to_string()),
+        upstream: None,
+        problem_base: unspanned(settings.problem_base.as_str().to_owned()),
+        log_format: Some(settings.log_format),
+        drain_timeout: unspanned(humane(settings.drain_timeout)),
+        defaults: None,
+        routes: settings.routes.iter().map(route).collect(),
+    };
+    // Every value is a string, number, bool or array of them, which TOML can always represent.
+    toml::to_string(&raw).unwrap_or_else(|e| format!("# cannot print the configuration: {e}\n"))
+}
+
+fn route(route: &RouteSettings) -> Spanned<RouteTable> {
+    let head = RouteHead {
+        name: unspanned(route.policy.route.as_str().to_owned()),
+        path_prefix: unspanned(route.path_prefix.clone()),
+        host: route.host.clone().and_then(unspanned),
+        upstream: unspanned(route.upstream.to_string()),
+    };
+    Spanned::new(0..0, RouteTable::join(head, policy(&route.policy)))
+}
+
+fn policy(policy: &Policy) -> PolicyTable {
+    let names = |headers: &[http::HeaderName]| headers.iter().map(|h| h.to_string()).collect();
+    let (key_header, key_body_pointer) = match &policy.key_source {
+        KeySource::Header(name) => (unspanned(name.to_string()), None),
+        KeySource::BodyPointer(pointer) => (None, unspanned(pointer.clone())),
+    };
+    PolicyTable {
+        methods: unspanned(policy.methods.iter().map(|m| m.to_string()).collect()),
+        key_header,
+        key_body_pointer,
+        require_key: unspanned(policy.require_key),
+        // An empty name is the file's way of saying "no scope header".
+        scope_header: unspanned(
+            policy
+                .scope_header
+                .as_ref()
+                .map(|h| h.to_string())
+                .unwrap_or_default(),
+        ),
+        fingerprint_headers: unspanned(names(&policy.fingerprint_headers)),
+        ttl: unspanned(humane(policy.ttl)),
+        lease: unspanned(humane(policy.lease)),
+        concurrent: unspanned(policy.concurrent),
+        wait_timeout: unspanned(humane(policy.wait_timeout)),
+        upstream_timeout: unspanned(humane(policy.upstream_timeout)),
+        max_request_body: unspanned(policy.max_request_body),
+        max_cached_body: unspanned(policy.max_cached_body),
+        release_on: unspanned(
+            policy
+                .release_on
+                .iter()
+                .map(|s| i64::from(s.as_u16()))
+                .collect(),
+        ),
+        on_ambiguous: unspanned(policy.on_ambiguous),
+        on_store_error: unspanned(policy.on_store_error),
+        replay_exclude_headers: unspanned(names(&policy.replay_exclude_headers)),
+    }
+}
+
+fn humane(duration: std::time::Duration) -> String {
+    humantime::format_duration(duration).to_string()
+}

@@ -1,0 +1,300 @@
+//! Turning the raw file and the flags into validated [`Settings`].
+//!
+//! Flags are merged explicitly, one `Option` at a time, rather than through clap defaults, so
+//! the result (and what `--check` prints) is exactly what is in force, and an error can say
+//! whether the bad value came from a flag or from a line of the file.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::uri::{Authority, PathAndQuery};
+use http::Uri;
+use toml::Spanned;
+
+use super::file::{RawFile, RouteHead, RouteTable};
+use super::source::Source;
+use super::{policy, ConfigError, RouteSettings, Settings, DEFAULT_LISTEN};
+use crate::cli::Cli;
+use crate::error::ProblemBase;
+use crate::idempotency::key::RouteName;
+use crate::idempotency::policy::Policy;
+use crate::store::StoreSpec;
+
+/// A top-level value and where it was given, so an error points at the flag or the line.
+enum Given<'a> {
+    Flag(&'static str, &'a str),
+    File(&'static str, &'a Spanned<String>),
+}
+
+impl<'a> Given<'a> {
+    /// The flag's value if it was passed, else the file's.
+    fn pick(
+        flag: (&'static str, Option<&'a String>),
+        file: (&'static str, Option<&'a Spanned<String>>),
+    ) -> Option<Self> {
+        match (flag, file) {
+            ((name, Some(value)), _) => Some(Given::Flag(name, value)),
+            (_, (key, Some(value))) => Some(Given::File(key, value)),
+            _ => None,
+        }
+    }
+
+    fn parse<T>(
+        &self,
+        src: &Source,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Result<T, ConfigError> {
+        match self {
+            Given::Flag(flag, value) => {
+                parse(value).map_err(|reason| ConfigError::Flag { flag, reason })
+            }
+            Given::File(key, value) => {
+                parse(value.get_ref()).map_err(|reason| src.bad(value, key, reason))
+            }
+        }
+    }
+}
+
+/// Where the route named `default` was declared, for the duplicate-name message.
+fn origin(src: &Source, given: &Given) -> String {
+    match given {
+        Given::Flag(flag, _) => (*flag).to_owned(),
+        Given::File(_, value) => format!(
+            "the top-level upstream on line {}",
+            src.line(value.span().start)
+        ),
+    }
+}
+
+pub fn resolve(src: &Source, raw: RawFile, cli: &Cli) -> Result<Settings, ConfigError> {
+    let problem_base = Arc::new(problem_base(src, raw.problem_base.as_ref())?);
+    let mut defaults = Policy::new(RouteName::new(RouteName::DEFAULT).expect("a valid route name"));
+    defaults.problem_base = Arc::clone(&problem_base);
+    policy::apply(src, &mut defaults, &raw.defaults.unwrap_or_default())?;
+    let upstream = Given::pick(
+        ("--upstream", cli.upstream.as_ref()),
+        ("upstream", raw.upstream.as_ref()),
+    );
+    let routes = routes(src, raw.routes, &defaults, upstream)?;
+    Ok(Settings {
+        listen: listen(src, cli, raw.listen.as_ref())?,
+        admin_listen: admin_listen(src, cli, raw.admin_listen.as_ref())?,
+        store: store(src, cli, raw.store.as_ref())?,
+        log_format: cli.log_format.or(raw.log_format).unwrap_or_default(),
+        drain_timeout: drain_timeout(src, raw.drain_timeout.as_ref())?,
+        problem_base,
+        routes,
+    })
+}
+
+fn problem_base(src: &Source, file: Option<&Spanned<String>>) -> Result<ProblemBase, ConfigError> {
+    match file {
+        Some(base) => {
+            ProblemBase::published(base.get_ref()).map_err(|r| src.bad(base, "problem_base", r))
+        }
+        None => Ok(ProblemBase::default()),
+    }
+}
+
+fn listen(
+    src: &Source,
+    cli: &Cli,
+    file: Option<&Spanned<String>>,
+) -> Result<SocketAddr, ConfigError> {
+    Given::pick(("--listen", cli.listen.as_ref()), ("listen", file))
+        .map_or(Ok(DEFAULT_LISTEN), |given| given.parse(src, socket_addr))
+}
+
+fn admin_listen(
+    src: &Source,
+    cli: &Cli,
+    file: Option<&Spanned<String>>,
+) -> Result<Option<SocketAddr>, ConfigError> {
+    Given::pick(
+        ("--admin-listen", cli.admin_listen.as_ref()),
+        ("admin_listen", file),
+    )
+    .map(|given| given.parse(src, socket_addr))
+    .transpose()
+}
+
+fn store(
+    src: &Source,
+    cli: &Cli,
+    file: Option<&Spanned<String>>,
+) -> Result<StoreSpec, ConfigError> {
+    let parse = |raw: &str| raw.parse::<StoreSpec>().map_err(|e| e.to_string());
+    Given::pick(("--store", cli.store.as_ref()), ("store", file))
+        .map_or(Ok(StoreSpec::default()), |given| given.parse(src, parse))
+}
+
+fn drain_timeout(src: &Source, file: Option<&Spanned<String>>) -> Result<Duration, ConfigError> {
+    match file {
+        Some(raw) => policy::duration(raw.get_ref()).map_err(|r| src.bad(raw, "drain_timeout", r)),
+        None => Ok(Duration::from_secs(30)),
+    }
+}
+
+/// The configured routes in file order, then `default` for the top-level upstream.
+fn routes(
+    src: &Source,
+    tables: Vec<Spanned<RouteTable>>,
+    defaults: &Policy,
+    upstream: Option<Given>,
+) -> Result<Vec<RouteSettings>, ConfigError> {
+    let mut names: HashMap<String, Range<usize>> = HashMap::new();
+    let mut routes = Vec::with_capacity(tables.len() + 1);
+    for table in tables {
+        let span = table.span();
+        let (head, keys) = table.into_inner().split();
+        let name = unique_name(src, &head, span.clone(), &mut names)?;
+        let mut policy = defaults.clone();
+        policy.route = name;
+        policy::apply(src, &mut policy, &keys)?;
+        routes.push(route(src, head, span, policy)?);
+    }
+    if let Some(given) = upstream {
+        routes.push(default_route(src, given, defaults, &names)?);
+    }
+    if routes.is_empty() {
+        return Err(ConfigError::NoUpstream);
+    }
+    Ok(routes)
+}
+
+/// The route `default`, for the top-level upstream; a configured route may not take its name.
+fn default_route(
+    src: &Source,
+    upstream: Given,
+    defaults: &Policy,
+    names: &HashMap<String, Range<usize>>,
+) -> Result<RouteSettings, ConfigError> {
+    if let Some(span) = names.get(RouteName::DEFAULT) {
+        let reason = format!(
+            "key \"name\": route name \"default\" is already taken by {}",
+            origin(src, &upstream)
+        );
+        return Err(src.at(span.clone(), Some("name"), reason));
+    }
+    Ok(RouteSettings {
+        path_prefix: "/".into(),
+        host: None,
+        upstream: upstream.parse(src, upstream_uri)?,
+        policy: defaults.clone(),
+    })
+}
+
+fn unique_name(
+    src: &Source,
+    head: &RouteHead,
+    table: Range<usize>,
+    names: &mut HashMap<String, Range<usize>>,
+) -> Result<RouteName, ConfigError> {
+    let Some(raw) = &head.name else {
+        return Err(src.at(
+            table,
+            Some("name"),
+            "key \"name\": every [[routes]] table needs a name".into(),
+        ));
+    };
+    let name = RouteName::new(raw.get_ref().as_str()).map_err(|r| src.bad(raw, "name", r))?;
+    if let Some(first) = names.get(name.as_str()) {
+        let reason = format!(
+            "route name {:?} is already used on line {}",
+            name.as_str(),
+            src.line(first.start)
+        );
+        return Err(src.bad(raw, "name", reason));
+    }
+    names.insert(name.as_str().to_owned(), raw.span());
+    Ok(name)
+}
+
+fn route(
+    src: &Source,
+    head: RouteHead,
+    table: Range<usize>,
+    policy: Policy,
+) -> Result<RouteSettings, ConfigError> {
+    let name = policy.route.as_str();
+    let missing = |key: &str| {
+        let reason = format!("key {key:?}: route {name:?} has no {key}");
+        src.at(table.clone(), Some(key), reason)
+    };
+    let upstream = head.upstream.as_ref().ok_or_else(|| missing("upstream"))?;
+    let prefix = head
+        .path_prefix
+        .as_ref()
+        .ok_or_else(|| missing("path_prefix"))?;
+    let host = head
+        .host
+        .as_ref()
+        .map(|h| host(h.get_ref()).map_err(|r| src.bad(h, "host", r)));
+    Ok(RouteSettings {
+        path_prefix: path_prefix(prefix.get_ref())
+            .map_err(|r| src.bad(prefix, "path_prefix", r))?,
+        host: host.transpose()?,
+        upstream: upstream_uri(upstream.get_ref()).map_err(|r| src.bad(upstream, "upstream", r))?,
+        policy,
+    })
+}
+
+fn socket_addr(raw: &str) -> Result<SocketAddr, String> {
+    raw.trim()
+        .parse()
+        .map_err(|_| format!("invalid address {raw:?}: expected IP:PORT such as 127.0.0.1:8080"))
+}
+
+fn path_prefix(raw: &str) -> Result<String, String> {
+    let valid =
+        raw.starts_with('/') && !raw.contains(['?', '#']) && raw.parse::<PathAndQuery>().is_ok();
+    if !valid {
+        return Err(format!(
+            "invalid path prefix {raw:?}: expected a path starting with '/', such as \"/v1/\""
+        ));
+    }
+    Ok(raw.to_owned())
+}
+
+fn host(raw: &str) -> Result<String, String> {
+    let valid = !raw.is_empty() && !raw.contains('@') && raw.parse::<Authority>().is_ok();
+    if !valid {
+        return Err(format!(
+            "invalid host {raw:?}: expected a host name such as \"api.example.com\""
+        ));
+    }
+    Ok(raw.to_ascii_lowercase())
+}
+
+/// Only plain HTTP upstreams: the proxy has no TLS client yet, and silently speaking plain
+/// HTTP to an `https://` address would be worse than refusing it.
+fn upstream_uri(raw: &str) -> Result<Uri, String> {
+    let form = "expected http://HOST:PORT[/path]";
+    let uri: Uri = raw
+        .parse()
+        .map_err(|e| format!("invalid upstream URL {raw:?} ({e}): {form}"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(format!(
+                "upstream {raw:?}: https is not supported yet (no TLS client); use http://HOST:PORT, e.g. a local TLS sidecar"
+            ))
+        }
+        _ => return Err(format!("invalid upstream URL {raw:?}: {form}")),
+    }
+    let authority = uri.authority().map(Authority::as_str).unwrap_or_default();
+    if authority.contains('@') || uri.port_u16().is_none() || uri.host().is_none_or(str::is_empty) {
+        return Err(format!(
+            "invalid upstream URL {raw:?}: {form}, with a port and no user"
+        ));
+    }
+    if uri.query().is_some() {
+        return Err(format!(
+            "invalid upstream URL {raw:?}: {form}, without a query"
+        ));
+    }
+    Ok(uri)
+}

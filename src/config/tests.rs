@@ -1,0 +1,313 @@
+//! Tests of loading, merging, validating and printing the configuration.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use http::{HeaderName, Method, StatusCode};
+
+use super::*;
+use crate::idempotency::key::RouteName;
+use crate::idempotency::policy::{AmbiguousPolicy, ConcurrentPolicy, KeySource};
+use crate::units::ByteSize;
+
+fn load_text(text: &str) -> Result<Settings, ConfigError> {
+    load_str("config.toml", text, &Cli::default())
+}
+
+fn settings(text: &str) -> Settings {
+    load_text(text).unwrap_or_else(|e| panic!("config should load: {e}"))
+}
+
+fn route<'a>(settings: &'a Settings, name: &str) -> &'a RouteSettings {
+    settings
+        .routes
+        .iter()
+        .find(|r| r.policy.route.as_str() == name)
+        .unwrap_or_else(|| panic!("no route {name}"))
+}
+
+#[test]
+fn an_upstream_alone_gives_the_spec_defaults() {
+    let cli = Cli {
+        upstream: Some("http://127.0.0.1:9000".into()),
+        ..Cli::default()
+    };
+    let settings = load(&cli).unwrap();
+    assert_eq!(settings.listen, "127.0.0.1:8080".parse().unwrap());
+    assert_eq!(settings.admin_listen, None);
+    assert_eq!(settings.store, StoreSpec::default());
+    assert_eq!(settings.log_format, LogFormat::Text);
+    assert_eq!(settings.drain_timeout, Duration::from_secs(30));
+    assert_eq!(*settings.problem_base, ProblemBase::default());
+    let [default] = settings.routes.as_slice() else {
+        panic!("one route expected: {:?}", settings.routes);
+    };
+    assert_eq!(default.path_prefix, "/");
+    assert_eq!(default.host, None);
+    assert_eq!(default.upstream, "http://127.0.0.1:9000/");
+    let want = Policy::new(RouteName::new("default").unwrap());
+    assert_eq!(format!("{:?}", default.policy), format!("{want:?}"));
+}
+
+#[test]
+fn nothing_to_forward_to_is_refused() {
+    let err = load(&Cli::default()).unwrap_err();
+    assert_eq!(err, ConfigError::NoUpstream);
+    assert_eq!(
+        err.to_string(),
+        "no upstream: pass --upstream URL or set upstream/[[routes]] in the config"
+    );
+    assert_eq!(load_text("[defaults]\nttl = \"1h\"\n").unwrap_err(), err);
+}
+
+const LAYERED: &str = r#"
+upstream = "http://127.0.0.1:9000"
+problem_base = "https://api.example.com/docs/idempotency#"
+
+[defaults]
+require_key = true
+ttl = "1h"
+scope_header = "Authorization"
+key_header = "X-Request-Key"
+
+[[routes]]
+name = "payments"
+path_prefix = "/v1/"
+host = "API.Example.com"
+upstream = "http://127.0.0.1:9001/base"
+ttl = "2h"
+release_on = [503]
+
+[[routes]]
+name = "stripe-events"
+path_prefix = "/hooks/stripe"
+upstream = "http://127.0.0.1:9002"
+key_body_pointer = "/id"
+scope_header = ""
+concurrent = "wait"
+on_ambiguous = "release"
+max_cached_body = "64KiB"
+"#;
+
+#[test]
+fn routes_start_from_the_defaults_and_override_them() {
+    let settings = settings(LAYERED);
+    let names: Vec<_> = settings
+        .routes
+        .iter()
+        .map(|r| r.policy.route.as_str())
+        .collect();
+    assert_eq!(names, ["payments", "stripe-events", "default"]);
+
+    let payments = route(&settings, "payments");
+    assert_eq!(payments.host.as_deref(), Some("api.example.com"));
+    assert_eq!(payments.upstream, "http://127.0.0.1:9001/base");
+    assert!(payments.policy.require_key);
+    assert_eq!(payments.policy.ttl, Duration::from_secs(7200));
+    assert_eq!(
+        payments.policy.release_on,
+        [StatusCode::SERVICE_UNAVAILABLE]
+    );
+    assert_eq!(
+        payments.policy.key_source,
+        KeySource::Header(HeaderName::from_static("x-request-key"))
+    );
+    assert_eq!(payments.policy.methods, [Method::POST, Method::PATCH]);
+
+    let stripe = route(&settings, "stripe-events");
+    assert_eq!(
+        stripe.policy.key_source,
+        KeySource::BodyPointer("/id".into())
+    );
+    assert_eq!(stripe.policy.scope_header, None);
+    assert_eq!(stripe.policy.ttl, Duration::from_secs(3600));
+    assert_eq!(stripe.policy.concurrent, ConcurrentPolicy::Wait);
+    assert_eq!(stripe.policy.on_ambiguous, AmbiguousPolicy::Release);
+    assert_eq!(stripe.policy.max_cached_body, ByteSize::kib(64));
+
+    let default = route(&settings, "default");
+    assert_eq!(default.path_prefix, "/");
+    assert_eq!(default.policy.ttl, Duration::from_secs(3600));
+    assert_eq!(
+        default.policy.scope_header,
+        Some(HeaderName::from_static("authorization"))
+    );
+}
+
+#[test]
+fn every_route_shares_the_settings_problem_base() {
+    let settings = settings(LAYERED);
+    assert_eq!(
+        settings.problem_base.as_str(),
+        "https://api.example.com/docs/idempotency#"
+    );
+    for route in &settings.routes {
+        assert!(Arc::ptr_eq(
+            &route.policy.problem_base,
+            &settings.problem_base
+        ));
+    }
+}
+
+#[test]
+fn flags_override_the_file() {
+    let text = r#"
+listen = "127.0.0.1:1000"
+admin_listen = "127.0.0.1:1001"
+store = "memory"
+upstream = "http://127.0.0.1:1002"
+log_format = "text"
+"#;
+    let cli = Cli {
+        listen: Some("0.0.0.0:2000".into()),
+        admin_listen: Some("127.0.0.1:2001".into()),
+        store: Some("redis://127.0.0.1:6379".into()),
+        upstream: Some("http://127.0.0.1:2002".into()),
+        log_format: Some(LogFormat::Json),
+        ..Cli::default()
+    };
+    let settings = load_str("config.toml", text, &cli).unwrap();
+    assert_eq!(settings.listen, "0.0.0.0:2000".parse().unwrap());
+    assert_eq!(
+        settings.admin_listen,
+        Some("127.0.0.1:2001".parse().unwrap())
+    );
+    assert_eq!(
+        settings.store,
+        StoreSpec::Redis("redis://127.0.0.1:6379".into())
+    );
+    assert_eq!(settings.log_format, LogFormat::Json);
+    assert_eq!(
+        route(&settings, "default").upstream,
+        "http://127.0.0.1:2002/"
+    );
+}
+
+#[test]
+fn the_file_applies_where_no_flag_is_given() {
+    let text = "listen = \"127.0.0.1:1000\"\nstore = \"memory\"\nlog_format = \"json\"\n";
+    let cli = Cli {
+        upstream: Some("http://127.0.0.1:2002".into()),
+        ..Cli::default()
+    };
+    let settings = load_str("config.toml", text, &cli).unwrap();
+    assert_eq!(settings.listen, "127.0.0.1:1000".parse().unwrap());
+    assert_eq!(settings.store, StoreSpec::Memory);
+    assert_eq!(settings.log_format, LogFormat::Json);
+}
+
+#[test]
+fn a_bad_flag_value_names_the_flag() {
+    let cases = [
+        (
+            Cli {
+                listen: Some("nowhere".into()),
+                ..Cli::default()
+            },
+            "--listen: ",
+        ),
+        (
+            Cli {
+                upstream: Some("https://127.0.0.1:9000".into()),
+                ..Cli::default()
+            },
+            "--upstream: ",
+        ),
+        (
+            Cli {
+                store: Some("postgres://x".into()),
+                ..Cli::default()
+            },
+            "--store: ",
+        ),
+    ];
+    for (mut cli, prefix) in cases {
+        cli.upstream
+            .get_or_insert_with(|| "http://127.0.0.1:9000".into());
+        let message = load(&cli).unwrap_err().to_string();
+        assert!(message.starts_with(prefix), "{message}");
+        assert!(!message.contains('\n'), "{message}");
+    }
+}
+
+#[test]
+fn the_upstream_flag_cannot_share_its_name_with_a_route() {
+    let text = "[[routes]]\nname = \"default\"\npath_prefix = \"/\"\nupstream = \"http://a:1\"\n";
+    let cli = Cli {
+        upstream: Some("http://127.0.0.1:9000".into()),
+        ..Cli::default()
+    };
+    let message = load_str("config.toml", text, &cli).unwrap_err().to_string();
+    assert!(message.starts_with("config.toml:2: "), "{message}");
+    assert!(message.contains("--upstream"), "{message}");
+    // Without a top-level upstream, a route may be called `default`.
+    assert!(load_text(text).is_ok());
+}
+
+#[test]
+fn load_reads_the_named_file_and_names_it_in_errors() {
+    let path = std::env::temp_dir().join(format!("idempotency-proxy-{}.toml", std::process::id()));
+    std::fs::write(
+        &path,
+        "upstream = \"http://127.0.0.1:9000\"\nttl = \"1h\"\n",
+    )
+    .unwrap();
+    let cli = Cli {
+        config: Some(path.clone()),
+        ..Cli::default()
+    };
+    let message = load(&cli).unwrap_err().to_string();
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        message.starts_with(&format!("{}:2: ", path.display())),
+        "{message}"
+    );
+    assert!(message.contains("\"ttl\""), "{message}");
+
+    let missing = Cli {
+        config: Some(PathBuf::from("/nonexistent/idempotency-proxy.toml")),
+        ..Cli::default()
+    };
+    assert!(matches!(load(&missing), Err(ConfigError::Read { .. })));
+}
+
+#[test]
+fn to_toml_loads_back_to_the_same_settings() {
+    let cli = Cli {
+        admin_listen: Some("127.0.0.1:9090".into()),
+        ..Cli::default()
+    };
+    let text = format!(
+        "{LAYERED}\nmethods = [\"POST\", \"PUT\"]\nfingerprint_headers = [\"X-Tenant\"]\n\
+         replay_exclude_headers = [\"X-Trace\"]\nwait_timeout = \"1500ms\"\n"
+    );
+    let first = load_str("config.toml", &text, &cli).unwrap();
+    let printed = first.to_toml();
+    let second = load_str("check.toml", &printed, &Cli::default())
+        .unwrap_or_else(|e| panic!("{e}\n{printed}"));
+    assert_eq!(format!("{first:?}"), format!("{second:?}"));
+    assert_eq!(second.to_toml(), printed);
+    assert!(printed.contains("max_cached_body = \"64KiB\""), "{printed}");
+    assert!(printed.contains("release_on = [503]"), "{printed}");
+    assert!(printed.contains("wait_timeout = \"1s 500ms\""), "{printed}");
+}
+
+#[test]
+fn the_example_file_loads() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
+    let cli = Cli {
+        config: Some(path),
+        ..Cli::default()
+    };
+    let settings = load(&cli).unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<_> = settings
+        .routes
+        .iter()
+        .map(|r| r.policy.route.as_str())
+        .collect();
+    assert_eq!(names, ["payments", "github", "stripe-events", "default"]);
+    assert_eq!(
+        route(&settings, "github").policy.key_source,
+        KeySource::Header(HeaderName::from_static("x-github-delivery"))
+    );
+}
