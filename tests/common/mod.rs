@@ -1,4 +1,7 @@
-//! Helpers shared by the integration tests. Each test binary uses only some of them.
+//! Shared pieces of the integration tests: a real upstream, the proxy, a client, and Redis.
 #![allow(dead_code)]
 
+pub mod client;
+pub mod proxy;
 pub mod redis;
+pub mod upstream;

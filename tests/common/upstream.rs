@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, Method, Response, StatusCode, Uri};
 
 /// One request as the upstream saw it.
@@ -64,10 +64,10 @@ async fn handle(
     State(shared): State<Shared>,
     method: Method,
     uri: Uri,
-    Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response<Body> {
+    let query: HashMap<&str, &str> = uri.query().unwrap_or("").split('&').filter_map(|p| p.split_once('=')).collect();
     let execution = shared.executions.fetch_add(1, Ordering::SeqCst) + 1;
     shared.seen.lock().unwrap().push(Seen { method: method.clone(), uri: uri.clone(), headers, body: body.clone() });
     let param = |name: &str| query.get(name).and_then(|v| v.parse::<u64>().ok());

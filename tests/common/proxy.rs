@@ -1,0 +1,62 @@
+//! The proxy, started in-process on a loopback port with a given config and store.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use idempotency_proxy::cli::Cli;
+use idempotency_proxy::config::{self, Settings};
+use idempotency_proxy::proxy::Proxy;
+use idempotency_proxy::store::{MemoryStore, Store};
+use idempotency_proxy::server;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use super::client::TestClient;
+
+pub struct TestProxy {
+    pub addr: SocketAddr,
+    pub client: TestClient,
+    pub store: Arc<dyn Store>,
+    pub settings: Settings,
+    stop: Option<oneshot::Sender<()>>,
+    stopped: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Parses a config as the binary would, with no flags.
+pub fn settings(toml: &str) -> Settings {
+    let cli = Cli::parse_from(["idempotency-proxy"]);
+    config::load_str("test.toml", toml, &cli).unwrap_or_else(|e| panic!("test config refused: {e}"))
+}
+
+impl TestProxy {
+    /// A proxy in front of `upstream` with the memory store and the given `[defaults]` lines.
+    pub async fn in_front_of(upstream: &str, defaults: &str) -> Self {
+        let toml = format!("upstream = \"{upstream}\"\n[defaults]\n{defaults}\n");
+        Self::start(&toml, Arc::new(MemoryStore::new())).await
+    }
+
+    pub async fn start(toml: &str, store: Arc<dyn Store>) -> Self {
+        let settings = settings(toml);
+        let proxy = Proxy::with_store(&settings, store.clone());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        let stopped = tokio::spawn(server::run(listener, proxy.router(), shutdown, Duration::from_secs(5)));
+        Self { addr, client: TestClient::new(addr), store, settings, stop: Some(stop), stopped: Some(stopped) }
+    }
+
+    /// Stops accepting and waits for open connections to finish.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(stopped) = self.stopped.take() {
+            stopped.await.unwrap();
+        }
+    }
+}
