@@ -197,6 +197,40 @@ fn top_level_values_are_checked() {
 }
 
 #[test]
+fn a_bad_flag_value_names_the_flag() {
+    let cases = [
+        (
+            Cli {
+                listen: Some("nowhere".into()),
+                ..Cli::default()
+            },
+            "--listen: ",
+        ),
+        (
+            Cli {
+                upstream: Some("https://127.0.0.1:9000".into()),
+                ..Cli::default()
+            },
+            "--upstream: ",
+        ),
+        (
+            Cli {
+                store: Some("postgres://x".into()),
+                ..Cli::default()
+            },
+            "--store: ",
+        ),
+    ];
+    for (mut cli, prefix) in cases {
+        cli.upstream
+            .get_or_insert_with(|| "http://127.0.0.1:9000".into());
+        let message = load(&cli).unwrap_err().to_string();
+        assert!(message.starts_with(prefix), "{message}");
+        assert!(!message.contains('\n'), "{message}");
+    }
+}
+
+#[test]
 fn syntax_errors_name_the_line() {
     let message = load_str(
         "config.toml",

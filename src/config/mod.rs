@@ -21,6 +21,7 @@ mod policy;
 mod print;
 mod resolve;
 mod source;
+mod values;
 
 #[cfg(test)]
 mod error_tests;

@@ -1,23 +1,19 @@
-//! Applying a `[defaults]` or `[[routes]]` table's policy keys over an inherited [`Policy`],
-//! and the checks on single values that serde cannot express.
+//! Applying a `[defaults]` or `[[routes]]` table's policy keys over an inherited [`Policy`].
 
-use std::time::Duration;
-
-use http::{HeaderName, Method, StatusCode};
 use toml::Spanned;
 
 use super::file::PolicyTable;
 use super::source::Source;
+use super::values::{duration, header, headers, json_pointer, method, optional_header, status};
 use super::ConfigError;
 use crate::idempotency::policy::{KeySource, Policy};
-use crate::units::humane_duration;
 
 /// Overrides in `policy` every key the table sets; the others keep their inherited value.
 pub fn apply(src: &Source, policy: &mut Policy, table: &PolicyTable) -> Result<(), ConfigError> {
     apply_key_source(src, policy, table)?;
     apply_headers(src, policy, table)?;
     apply_durations(src, policy, table)?;
-    apply_choices(src, policy, table)?;
+    apply_choices(policy, table);
     set(src, "methods", &table.methods, &mut policy.methods, |v| {
         v.iter().map(|m| method(m)).collect()
     })?;
@@ -75,16 +71,10 @@ fn apply_headers(
     policy: &mut Policy,
     table: &PolicyTable,
 ) -> Result<(), ConfigError> {
-    set(
-        src,
-        "scope_header",
-        &table.scope_header,
-        &mut policy.scope_header,
-        |h| {
-            // TOML has no null: an empty name is how a route drops a scope header it inherited.
-            (!h.is_empty()).then(|| header(h)).transpose()
-        },
-    )?;
+    let scope = &mut policy.scope_header;
+    set(src, "scope_header", &table.scope_header, scope, |h| {
+        optional_header(h)
+    })?;
     let fingerprint = &mut policy.fingerprint_headers;
     set(
         src,
@@ -129,103 +119,18 @@ fn apply_durations(
     )
 }
 
-/// Keys whose every well-typed value is valid; serde has already checked them.
-fn apply_choices(
-    src: &Source,
-    policy: &mut Policy,
-    table: &PolicyTable,
-) -> Result<(), ConfigError> {
-    set(
-        src,
-        "require_key",
-        &table.require_key,
-        &mut policy.require_key,
-        |b| Ok(*b),
-    )?;
-    set(
-        src,
-        "concurrent",
-        &table.concurrent,
-        &mut policy.concurrent,
-        |c| Ok(*c),
-    )?;
-    set(
-        src,
-        "on_ambiguous",
-        &table.on_ambiguous,
-        &mut policy.on_ambiguous,
-        |a| Ok(*a),
-    )?;
-    let on_store_error = &mut policy.on_store_error;
-    set(
-        src,
-        "on_store_error",
-        &table.on_store_error,
-        on_store_error,
-        |s| Ok(*s),
-    )?;
-    let request = &mut policy.max_request_body;
-    set(
-        src,
-        "max_request_body",
-        &table.max_request_body,
-        request,
-        |s| Ok(*s),
-    )?;
-    let cached = &mut policy.max_cached_body;
-    set(
-        src,
-        "max_cached_body",
-        &table.max_cached_body,
-        cached,
-        |s| Ok(*s),
-    )
+/// Keys whose every well-typed value is valid: serde has already checked them.
+fn apply_choices(policy: &mut Policy, table: &PolicyTable) {
+    copy(&table.require_key, &mut policy.require_key);
+    copy(&table.concurrent, &mut policy.concurrent);
+    copy(&table.on_ambiguous, &mut policy.on_ambiguous);
+    copy(&table.on_store_error, &mut policy.on_store_error);
+    copy(&table.max_request_body, &mut policy.max_request_body);
+    copy(&table.max_cached_body, &mut policy.max_cached_body);
 }
 
-/// A humane duration; zero is refused, as a zero lease, ttl or timeout would make every
-/// request fail or every record vanish at once.
-pub fn duration(raw: &str) -> Result<Duration, String> {
-    let duration = humane_duration::parse(raw)?;
-    if duration.is_zero() {
-        return Err(format!("duration {raw:?} must be more than zero"));
-    }
-    Ok(duration)
-}
-
-fn header(raw: &str) -> Result<HeaderName, String> {
-    HeaderName::from_bytes(raw.as_bytes()).map_err(|_| {
-        format!("invalid header name {raw:?}: expected a token such as \"Idempotency-Key\"")
-    })
-}
-
-fn headers(raw: &[String]) -> Result<Vec<HeaderName>, String> {
-    raw.iter().map(|h| header(h)).collect()
-}
-
-/// Methods are case-sensitive, so `post` would silently never match a `POST`: refuse it.
-fn method(raw: &str) -> Result<Method, String> {
-    let bad = || format!("invalid method {raw:?}: expected an upper-case method such as \"POST\"");
-    if raw.chars().any(|c| c.is_ascii_lowercase()) {
-        return Err(bad());
-    }
-    Method::from_bytes(raw.as_bytes()).map_err(|_| bad())
-}
-
-fn status(raw: i64) -> Result<StatusCode, String> {
-    u16::try_from(raw)
-        .ok()
-        .filter(|s| (100..=599).contains(s))
-        .and_then(|s| StatusCode::from_u16(s).ok())
-        .ok_or_else(|| format!("status {raw} is outside 100..=599"))
-}
-
-/// An RFC 6901 pointer: empty (the whole body) or starting with `/`.
-fn json_pointer(raw: &str) -> Result<String, String> {
-    if raw.is_empty() || raw.starts_with('/') {
-        Ok(raw.to_owned())
-    } else {
-        Err(format!(
-            "invalid JSON pointer {raw:?}: expected \"\" or a path starting with '/', such as \"/id\""
-        ))
+fn copy<T: Copy>(given: &Option<Spanned<T>>, target: &mut T) {
+    if let Some(value) = given {
+        *target = *value.get_ref();
     }
 }

@@ -10,13 +10,12 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::uri::{Authority, PathAndQuery};
-use http::Uri;
 use toml::Spanned;
 
 use super::file::{RawFile, RouteHead, RouteTable};
 use super::source::Source;
-use super::{policy, ConfigError, RouteSettings, Settings, DEFAULT_LISTEN};
+use super::values::{host, path_prefix, socket_addr, upstream_uri};
+use super::{policy, values, ConfigError, RouteSettings, Settings, DEFAULT_LISTEN};
 use crate::cli::Cli;
 use crate::error::ProblemBase;
 use crate::idempotency::key::RouteName;
@@ -91,12 +90,9 @@ pub fn resolve(src: &Source, raw: RawFile, cli: &Cli) -> Result<Settings, Config
 }
 
 fn problem_base(src: &Source, file: Option<&Spanned<String>>) -> Result<ProblemBase, ConfigError> {
-    match file {
-        Some(base) => {
-            ProblemBase::published(base.get_ref()).map_err(|r| src.bad(base, "problem_base", r))
-        }
-        None => Ok(ProblemBase::default()),
-    }
+    file.map_or(Ok(ProblemBase::default()), |base| {
+        check(src, base, "problem_base", ProblemBase::published)
+    })
 }
 
 fn listen(
@@ -132,10 +128,9 @@ fn store(
 }
 
 fn drain_timeout(src: &Source, file: Option<&Spanned<String>>) -> Result<Duration, ConfigError> {
-    match file {
-        Some(raw) => policy::duration(raw.get_ref()).map_err(|r| src.bad(raw, "drain_timeout", r)),
-        None => Ok(Duration::from_secs(30)),
-    }
+    file.map_or(Ok(Duration::from_secs(30)), |raw| {
+        check(src, raw, "drain_timeout", values::duration)
+    })
 }
 
 /// The configured routes in file order, then `default` for the top-level upstream.
@@ -200,7 +195,7 @@ fn unique_name(
             "key \"name\": every [[routes]] table needs a name".into(),
         ));
     };
-    let name = RouteName::new(raw.get_ref().as_str()).map_err(|r| src.bad(raw, "name", r))?;
+    let name = check(src, raw, "name", |name| RouteName::new(name))?;
     if let Some(first) = names.get(name.as_str()) {
         let reason = format!(
             "route name {:?} is already used on line {}",
@@ -219,9 +214,11 @@ fn route(
     table: Range<usize>,
     policy: Policy,
 ) -> Result<RouteSettings, ConfigError> {
-    let name = policy.route.as_str();
     let missing = |key: &str| {
-        let reason = format!("key {key:?}: route {name:?} has no {key}");
+        let reason = format!(
+            "key {key:?}: route {:?} has no {key}",
+            policy.route.as_str()
+        );
         src.at(table.clone(), Some(key), reason)
     };
     let upstream = head.upstream.as_ref().ok_or_else(|| missing("upstream"))?;
@@ -229,72 +226,21 @@ fn route(
         .path_prefix
         .as_ref()
         .ok_or_else(|| missing("path_prefix"))?;
-    let host = head
-        .host
-        .as_ref()
-        .map(|h| host(h.get_ref()).map_err(|r| src.bad(h, "host", r)));
+    let host = head.host.as_ref().map(|h| check(src, h, "host", host));
     Ok(RouteSettings {
-        path_prefix: path_prefix(prefix.get_ref())
-            .map_err(|r| src.bad(prefix, "path_prefix", r))?,
+        path_prefix: check(src, prefix, "path_prefix", path_prefix)?,
         host: host.transpose()?,
-        upstream: upstream_uri(upstream.get_ref()).map_err(|r| src.bad(upstream, "upstream", r))?,
+        upstream: check(src, upstream, "upstream", upstream_uri)?,
         policy,
     })
 }
 
-fn socket_addr(raw: &str) -> Result<SocketAddr, String> {
-    raw.trim()
-        .parse()
-        .map_err(|_| format!("invalid address {raw:?}: expected IP:PORT such as 127.0.0.1:8080"))
-}
-
-fn path_prefix(raw: &str) -> Result<String, String> {
-    let valid =
-        raw.starts_with('/') && !raw.contains(['?', '#']) && raw.parse::<PathAndQuery>().is_ok();
-    if !valid {
-        return Err(format!(
-            "invalid path prefix {raw:?}: expected a path starting with '/', such as \"/v1/\""
-        ));
-    }
-    Ok(raw.to_owned())
-}
-
-fn host(raw: &str) -> Result<String, String> {
-    let valid = !raw.is_empty() && !raw.contains('@') && raw.parse::<Authority>().is_ok();
-    if !valid {
-        return Err(format!(
-            "invalid host {raw:?}: expected a host name such as \"api.example.com\""
-        ));
-    }
-    Ok(raw.to_ascii_lowercase())
-}
-
-/// Only plain HTTP upstreams: the proxy has no TLS client yet, and silently speaking plain
-/// HTTP to an `https://` address would be worse than refusing it.
-fn upstream_uri(raw: &str) -> Result<Uri, String> {
-    let form = "expected http://HOST:PORT[/path]";
-    let uri: Uri = raw
-        .parse()
-        .map_err(|e| format!("invalid upstream URL {raw:?} ({e}): {form}"))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err(format!(
-                "upstream {raw:?}: https is not supported yet (no TLS client); use http://HOST:PORT, e.g. a local TLS sidecar"
-            ))
-        }
-        _ => return Err(format!("invalid upstream URL {raw:?}: {form}")),
-    }
-    let authority = uri.authority().map(Authority::as_str).unwrap_or_default();
-    if authority.contains('@') || uri.port_u16().is_none() || uri.host().is_none_or(str::is_empty) {
-        return Err(format!(
-            "invalid upstream URL {raw:?}: {form}, with a port and no user"
-        ));
-    }
-    if uri.query().is_some() {
-        return Err(format!(
-            "invalid upstream URL {raw:?}: {form}, without a query"
-        ));
-    }
-    Ok(uri)
+/// Parses a value read from the file, naming its line and key if it is refused.
+fn check<T>(
+    src: &Source,
+    value: &Spanned<String>,
+    key: &str,
+    parse: fn(&str) -> Result<T, String>,
+) -> Result<T, ConfigError> {
+    parse(value.get_ref()).map_err(|reason| src.bad(value, key, reason))
 }

@@ -1,0 +1,153 @@
+//! Checks on single values that serde cannot express: addresses, URLs, header names,
+//! methods, statuses and durations. Each returns the reason a value is refused; the caller
+//! adds where it was found.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::uri::{Authority, PathAndQuery};
+use http::{HeaderName, Method, StatusCode, Uri};
+
+use crate::units::humane_duration;
+
+/// A humane duration; zero is refused, as a zero lease, ttl or timeout would make every
+/// request fail or every record vanish at once.
+pub fn duration(raw: &str) -> Result<Duration, String> {
+    let duration = humane_duration::parse(raw)?;
+    if duration.is_zero() {
+        return Err(format!("duration {raw:?} must be more than zero"));
+    }
+    Ok(duration)
+}
+
+pub fn header(raw: &str) -> Result<HeaderName, String> {
+    HeaderName::from_bytes(raw.as_bytes()).map_err(|_| {
+        format!("invalid header name {raw:?}: expected a token such as \"Idempotency-Key\"")
+    })
+}
+
+/// TOML has no null: an empty name is how a route drops a scope header it inherited.
+pub fn optional_header(raw: &str) -> Result<Option<HeaderName>, String> {
+    (!raw.is_empty()).then(|| header(raw)).transpose()
+}
+
+pub fn headers(raw: &[String]) -> Result<Vec<HeaderName>, String> {
+    raw.iter().map(|h| header(h)).collect()
+}
+
+/// Methods are case-sensitive, so `post` would silently never match a `POST`: refuse it.
+pub fn method(raw: &str) -> Result<Method, String> {
+    let bad = || format!("invalid method {raw:?}: expected an upper-case method such as \"POST\"");
+    if raw.chars().any(|c| c.is_ascii_lowercase()) {
+        return Err(bad());
+    }
+    Method::from_bytes(raw.as_bytes()).map_err(|_| bad())
+}
+
+pub fn status(raw: i64) -> Result<StatusCode, String> {
+    u16::try_from(raw)
+        .ok()
+        .filter(|s| (100..=599).contains(s))
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .ok_or_else(|| format!("status {raw} is outside 100..=599"))
+}
+
+/// An RFC 6901 pointer: empty (the whole body) or starting with `/`.
+pub fn json_pointer(raw: &str) -> Result<String, String> {
+    if raw.is_empty() || raw.starts_with('/') {
+        Ok(raw.to_owned())
+    } else {
+        Err(format!(
+            "invalid JSON pointer {raw:?}: expected \"\" or a path starting with '/', such as \"/id\""
+        ))
+    }
+}
+
+pub fn socket_addr(raw: &str) -> Result<SocketAddr, String> {
+    raw.trim()
+        .parse()
+        .map_err(|_| format!("invalid address {raw:?}: expected IP:PORT such as 127.0.0.1:8080"))
+}
+
+pub fn path_prefix(raw: &str) -> Result<String, String> {
+    let valid =
+        raw.starts_with('/') && !raw.contains(['?', '#']) && raw.parse::<PathAndQuery>().is_ok();
+    if !valid {
+        return Err(format!(
+            "invalid path prefix {raw:?}: expected a path starting with '/', such as \"/v1/\""
+        ));
+    }
+    Ok(raw.to_owned())
+}
+
+pub fn host(raw: &str) -> Result<String, String> {
+    let valid = !raw.is_empty() && !raw.contains('@') && raw.parse::<Authority>().is_ok();
+    if !valid {
+        return Err(format!(
+            "invalid host {raw:?}: expected a host name such as \"api.example.com\""
+        ));
+    }
+    Ok(raw.to_ascii_lowercase())
+}
+
+/// Only plain HTTP upstreams: the proxy has no TLS client yet, and silently speaking plain
+/// HTTP to an `https://` address would be worse than refusing it.
+pub fn upstream_uri(raw: &str) -> Result<Uri, String> {
+    let bad = |why: &str| {
+        format!("invalid upstream URL {raw:?} ({why}): expected http://HOST:PORT[/path]")
+    };
+    let uri: Uri = raw
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
+    if uri.scheme_str() == Some("https") {
+        return Err(format!(
+            "upstream {raw:?}: https is not supported yet (no TLS client); use http://HOST:PORT, e.g. to a local TLS sidecar"
+        ));
+    }
+    let authority = uri.authority().map(Authority::as_str).unwrap_or_default();
+    let problem = match () {
+        _ if uri.scheme_str() != Some("http") => "not http://",
+        _ if uri.host().is_none_or(str::is_empty) => "no host",
+        _ if uri.port_u16().is_none() => "no port",
+        _ if authority.contains('@') => "user info is not allowed",
+        _ if uri.query().is_some() => "a query is not allowed",
+        _ => return Ok(uri),
+    };
+    Err(bad(problem))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstreams_keep_their_path() {
+        let uri = upstream_uri("http://127.0.0.1:9000/base/").unwrap();
+        assert_eq!(uri.path(), "/base/");
+        assert_eq!(uri.port_u16(), Some(9000));
+    }
+
+    #[test]
+    fn statuses_and_durations_at_their_bounds() {
+        assert!(status(100).is_ok() && status(599).is_ok());
+        assert!(status(i64::MAX).is_err() && status(i64::MIN).is_err());
+        assert_eq!(duration("1ms").unwrap(), Duration::from_millis(1));
+        assert!(duration("0ms").is_err());
+    }
+
+    #[test]
+    fn json_pointers_are_empty_or_rooted() {
+        assert_eq!(json_pointer("").unwrap(), "");
+        assert_eq!(json_pointer("/data/id").unwrap(), "/data/id");
+        assert!(json_pointer("data/id").is_err());
+    }
+
+    #[test]
+    fn hosts_are_lower_cased() {
+        assert_eq!(
+            host("API.Example.COM:8443").unwrap(),
+            "api.example.com:8443"
+        );
+        assert!(host("").is_err() && host("user@h").is_err());
+    }
+}
