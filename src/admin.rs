@@ -15,7 +15,7 @@ use axum::Json;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::json;
 
-use crate::idempotency::key::{ClientScope, IdempotencyKey, RouteName, ScopedKey};
+use crate::idempotency::key::{ClientScope, IdempotencyKey, ScopedKey};
 use crate::idempotency::record::{Record, StoredBody};
 use crate::idempotency::Policy;
 use crate::store::Store;
@@ -35,12 +35,22 @@ struct AdminState {
 
 /// The admin routes, over the proxy's store and route policies.
 pub fn router(store: Arc<dyn Store>, policies: Vec<Arc<Policy>>) -> axum::Router {
-    let policies = policies.into_iter().map(|p| (p.route.as_str().to_owned(), p)).collect();
-    let state = AdminState { store, policies: Arc::new(policies), metrics: metrics_handle() };
+    let policies = policies
+        .into_iter()
+        .map(|p| (p.route.as_str().to_owned(), p))
+        .collect();
+    let state = AdminState {
+        store,
+        policies: Arc::new(policies),
+        metrics: metrics_handle(),
+    };
     axum::Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(|State(s): State<AdminState>| async move { s.metrics.render() }))
+        .route(
+            "/metrics",
+            get(|State(s): State<AdminState>| async move { s.metrics.render() }),
+        )
         .route("/keys/{route}/{key}", get(inspect).delete(remove))
         .with_state(state)
 }
@@ -52,7 +62,9 @@ pub fn metrics_handle() -> PrometheusHandle {
 }
 
 fn install_recorder() -> PrometheusHandle {
-    const BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+    const BUCKETS: &[f64] = &[
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    ];
     let builder = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
         .expect("bucket list is not empty");
@@ -78,46 +90,75 @@ async fn readyz(State(state): State<AdminState>) -> Response {
     }
 }
 
-fn scoped_key(state: &AdminState, route: &str, key: String, headers: &HeaderMap) -> Result<ScopedKey, Response> {
-    let not_found = || (StatusCode::NOT_FOUND, Json(json!({"error": "no such route"}))).into_response();
-    let policy = state.policies.get(route).ok_or_else(not_found)?;
-    let route = RouteName::new(route).map_err(|_| not_found())?;
-    let key = IdempotencyKey::new(key)
-        .map_err(|e| (StatusCode::BAD_REQUEST, Json(json!({"error": e.to_string()}))).into_response())?;
-    let scope = policy.scope_header.as_ref().and_then(|_| headers.get(SCOPE_HEADER));
-    Ok(ScopedKey::new(route, scope.map(|s| ClientScope::from_secret(s.as_bytes())), key))
+/// What the key endpoints answer when they cannot do what was asked.
+#[derive(Debug)]
+enum AdminError {
+    NoSuchRoute,
+    BadKey(crate::idempotency::key::KeyError),
+    NoRecord,
+    Store(crate::store::StoreError),
 }
 
-async fn inspect(State(state): State<AdminState>, Path((route, key)): Path<(String, String)>, headers: HeaderMap) -> Response {
-    let key = match scoped_key(&state, &route, key, &headers) {
-        Ok(key) => key,
-        Err(response) => return response,
-    };
-    match state.store.get(&key).await {
-        Ok(Some((record, expires_in))) => Json(record_view(&record, expires_in)).into_response(),
-        Ok(None) => (StatusCode::NOT_FOUND, Json(json!({"error": "no record"}))).into_response(),
-        Err(e) => store_error(e),
+impl IntoResponse for AdminError {
+    fn into_response(self) -> Response {
+        let (status, message) = match self {
+            AdminError::NoSuchRoute => (StatusCode::NOT_FOUND, "no such route".to_owned()),
+            AdminError::BadKey(e) => (StatusCode::BAD_REQUEST, e.to_string()),
+            AdminError::NoRecord => (StatusCode::NOT_FOUND, "no record".to_owned()),
+            AdminError::Store(e) => {
+                tracing::warn!(error = %e, "admin: store unavailable");
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store unavailable".to_owned(),
+                )
+            }
+        };
+        (status, Json(json!({ "error": message }))).into_response()
     }
 }
 
-async fn remove(State(state): State<AdminState>, Path((route, key)): Path<(String, String)>, headers: HeaderMap) -> Response {
-    let key = match scoped_key(&state, &route, key, &headers) {
-        Ok(key) => key,
-        Err(response) => return response,
-    };
-    match state.store.remove(&key).await {
-        Ok(true) => {
-            tracing::info!(route = %key.route(), key = %key.log_id(), "record removed by an operator");
-            StatusCode::NO_CONTENT.into_response()
-        }
-        Ok(false) => (StatusCode::NOT_FOUND, Json(json!({"error": "no record"}))).into_response(),
-        Err(e) => store_error(e),
-    }
+fn scoped_key(
+    state: &AdminState,
+    route: &str,
+    key: String,
+    headers: &HeaderMap,
+) -> Result<ScopedKey, AdminError> {
+    let policy = state.policies.get(route).ok_or(AdminError::NoSuchRoute)?;
+    let key = IdempotencyKey::new(key).map_err(AdminError::BadKey)?;
+    let scope = policy
+        .scope_header
+        .as_ref()
+        .and_then(|_| headers.get(SCOPE_HEADER));
+    let scope = scope.map(|s| ClientScope::from_secret(s.as_bytes()));
+    Ok(ScopedKey::new(policy.route.clone(), scope, key))
 }
 
-fn store_error(error: crate::store::StoreError) -> Response {
-    tracing::warn!(error = %error, "admin: store unavailable");
-    (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"error": "store unavailable"}))).into_response()
+async fn inspect(
+    State(state): State<AdminState>,
+    Path((route, key)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    let key = scoped_key(&state, &route, key, &headers)?;
+    let (record, expires_in) = state
+        .store
+        .get(&key)
+        .await
+        .map_err(AdminError::Store)?
+        .ok_or(AdminError::NoRecord)?;
+    Ok(Json(record_view(&record, expires_in)))
+}
+
+async fn remove(
+    State(state): State<AdminState>,
+    Path((route, key)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<StatusCode, AdminError> {
+    let key = scoped_key(&state, &route, key, &headers)?;
+    if !state.store.remove(&key).await.map_err(AdminError::Store)? {
+        return Err(AdminError::NoRecord);
+    }
+    tracing::info!(route = %key.route(), key = %key.log_id(), "record removed by an operator");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// What an operator may see of a record: never the body or the client's secret.
@@ -145,7 +186,18 @@ fn record_view(record: &Record, expires_in: Duration) -> serde_json::Value {
 /// Makes sure the request counter exists from the start, so dashboards see zeros, not gaps.
 pub fn describe_metrics() {
     metrics::describe_counter!(telemetry::REQUESTS_TOTAL, "Requests by route and outcome");
-    metrics::describe_counter!(telemetry::FAIL_OPEN_TOTAL, "Requests forwarded without deduplication because the store failed");
-    metrics::describe_histogram!(telemetry::STORE_SECONDS, metrics::Unit::Seconds, "Store operation latency");
-    metrics::describe_histogram!(telemetry::UPSTREAM_SECONDS, metrics::Unit::Seconds, "Upstream latency");
+    metrics::describe_counter!(
+        telemetry::FAIL_OPEN_TOTAL,
+        "Requests forwarded without deduplication because the store failed"
+    );
+    metrics::describe_histogram!(
+        telemetry::STORE_SECONDS,
+        metrics::Unit::Seconds,
+        "Store operation latency"
+    );
+    metrics::describe_histogram!(
+        telemetry::UPSTREAM_SECONDS,
+        metrics::Unit::Seconds,
+        "Upstream latency"
+    );
 }

@@ -55,9 +55,15 @@ mod tests {
     #[test]
     fn strips_fixed_and_connection_named_headers() {
         let mut headers = HeaderMap::new();
-        headers.insert(header::CONNECTION, HeaderValue::from_static("close, x-secret-hop"));
+        headers.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("close, x-secret-hop"),
+        );
         headers.insert("x-secret-hop", HeaderValue::from_static("1"));
-        headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        headers.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
         headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
         headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
@@ -70,7 +76,10 @@ mod tests {
     fn storable_headers_drop_cookies_dates_and_exclusions() {
         let mut headers = HeaderMap::new();
         headers.append(header::SET_COOKIE, HeaderValue::from_static("s=1"));
-        headers.insert(header::DATE, HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT"));
+        headers.insert(
+            header::DATE,
+            HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT"),
+        );
         headers.insert("x-request-id", HeaderValue::from_static("abc"));
         headers.append("x-keep", HeaderValue::from_static("1"));
         headers.append("x-keep", HeaderValue::from_static("2"));

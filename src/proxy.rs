@@ -26,7 +26,10 @@ pub enum StartError {
     #[error("cannot open the store: {0}")]
     Store(#[from] StoreError),
     #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: std::net::SocketAddr, source: std::io::Error },
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 /// The proxy's parts, built once from the settings.
@@ -45,11 +48,20 @@ impl Proxy {
             name: route.policy.route.clone(),
             path_prefix: route.path_prefix.clone(),
             host: route.host.clone(),
-            service: IdempotencyLayer::new(store.clone(), route.policy.clone())
-                .layer(upstream::Upstream::new(client.clone(), route.upstream.clone())),
+            service: IdempotencyLayer::new(store.clone(), route.policy.clone()).layer(
+                upstream::Upstream::new(client.clone(), route.upstream.clone()),
+            ),
         });
-        let policies = settings.routes.iter().map(|r| Arc::new(r.policy.clone())).collect();
-        Self { router: Router::new(routes.collect(), settings.problem_base.clone()), store, policies }
+        let policies = settings
+            .routes
+            .iter()
+            .map(|r| Arc::new(r.policy.clone()))
+            .collect();
+        Self {
+            router: Router::new(routes.collect(), settings.problem_base.clone()),
+            store,
+            policies,
+        }
     }
 
     /// Opens the configured store and builds the routes over it.
@@ -68,11 +80,16 @@ impl Proxy {
 }
 
 async fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr).await.map_err(|source| StartError::Bind { addr, source })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })
 }
 
 /// Runs the proxy (and the admin listener, if set) until `shutdown` resolves, then drains.
-pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+pub async fn serve(
+    settings: Settings,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StartError> {
     admin::describe_metrics();
     let proxy = Proxy::open(&settings).await?;
     let listener = bind(settings.listen).await?;

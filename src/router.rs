@@ -40,7 +40,10 @@ impl Router {
     pub fn new(mut routes: Vec<Route>, problem_base: Arc<ProblemBase>) -> Self {
         // Longest prefix first; at equal length a route bound to a host beats one that is not.
         routes.sort_by_key(|r| (std::cmp::Reverse(r.path_prefix.len()), r.host.is_none()));
-        Self { routes: routes.into(), problem_base }
+        Self {
+            routes: routes.into(),
+            problem_base,
+        }
     }
 
     /// The route for a request, if any.
@@ -49,7 +52,10 @@ impl Router {
         let host = request_host(request);
         self.routes.iter().find(|route| {
             path.starts_with(route.path_prefix.as_str())
-                && route.host.as_deref().is_none_or(|h| host.as_deref() == Some(h))
+                && route
+                    .host
+                    .as_deref()
+                    .is_none_or(|h| host.as_deref() == Some(h))
         })
     }
 
@@ -86,11 +92,25 @@ mod tests {
 
     #[test]
     fn host_is_taken_from_header_or_authority_without_port() {
-        let with_header = Request::builder().uri("/x").header(HOST, "API.Example.com:8080").body(()).unwrap();
-        assert_eq!(request_host(&with_header).as_deref(), Some("api.example.com"));
-        let h2 = Request::builder().uri("http://hooks.example.com/x").body(()).unwrap();
+        let with_header = Request::builder()
+            .uri("/x")
+            .header(HOST, "API.Example.com:8080")
+            .body(())
+            .unwrap();
+        assert_eq!(
+            request_host(&with_header).as_deref(),
+            Some("api.example.com")
+        );
+        let h2 = Request::builder()
+            .uri("http://hooks.example.com/x")
+            .body(())
+            .unwrap();
         assert_eq!(request_host(&h2).as_deref(), Some("hooks.example.com"));
-        let ipv6 = Request::builder().uri("/x").header(HOST, "[::1]:8080").body(()).unwrap();
+        let ipv6 = Request::builder()
+            .uri("/x")
+            .header(HOST, "[::1]:8080")
+            .body(())
+            .unwrap();
         assert_eq!(request_host(&ipv6).as_deref(), Some("[::1]"));
     }
 }

@@ -19,9 +19,17 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Serves `router` on `listener` until `shutdown` resolves, then stops accepting and lets the
 /// open connections finish, for at most `drain_timeout`.
-pub async fn run(listener: TcpListener, router: Router, shutdown: impl Future<Output = ()>, drain_timeout: Duration) {
+pub async fn run(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()>,
+    drain_timeout: Duration,
+) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -39,19 +47,33 @@ pub async fn run(listener: TcpListener, router: Router, shutdown: impl Future<Ou
     }
     drop(listener);
     tracing::info!("draining open connections");
-    if tokio::time::timeout(drain_timeout, graceful.shutdown()).await.is_err() {
-        tracing::warn!(?drain_timeout, "drain timed out; closing the remaining connections");
+    if tokio::time::timeout(drain_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            ?drain_timeout,
+            "drain timed out; closing the remaining connections"
+        );
     }
 }
 
-fn serve_connection(builder: &auto::Builder<TokioExecutor>, graceful: &GracefulShutdown, stream: TcpStream, peer: SocketAddr, router: Router) {
+fn serve_connection(
+    builder: &auto::Builder<TokioExecutor>,
+    graceful: &GracefulShutdown,
+    stream: TcpStream,
+    peer: SocketAddr,
+    router: Router,
+) {
     let _ = stream.set_nodelay(true);
     let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
         request.extensions_mut().insert(ClientAddr(peer));
         let router = router.clone();
         async move { router.handle(request).await }
     });
-    let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+    let connection = builder
+        .serve_connection(TokioIo::new(stream), service)
+        .into_owned();
     let connection = graceful.watch(connection);
     tokio::spawn(async move {
         if let Err(e) = connection.await {

@@ -59,7 +59,13 @@ impl fmt::Display for RequestOutcome {
 }
 
 /// Logs and counts one finished request. `key_id` is the scoped key's short digest, if any.
-pub fn request_finished(route: &RouteName, outcome: RequestOutcome, status: StatusCode, key_id: Option<&str>, elapsed: Duration) {
+pub fn request_finished(
+    route: &RouteName,
+    outcome: RequestOutcome,
+    status: StatusCode,
+    key_id: Option<&str>,
+    elapsed: Duration,
+) {
     metrics::counter!(REQUESTS_TOTAL, "route" => route.as_str().to_owned(), "outcome" => outcome.as_str())
         .increment(1);
     tracing::info!(
@@ -79,14 +85,17 @@ pub fn store_operation(op: &'static str, elapsed: Duration) {
 
 /// Records how long the upstream took to answer (headers and the buffered body).
 pub fn upstream_call(route: &RouteName, elapsed: Duration) {
-    metrics::histogram!(UPSTREAM_SECONDS, "route" => route.as_str().to_owned()).record(elapsed.as_secs_f64());
+    metrics::histogram!(UPSTREAM_SECONDS, "route" => route.as_str().to_owned())
+        .record(elapsed.as_secs_f64());
 }
 
 /// Sends log lines to stderr as text or JSON; `RUST_LOG` narrows or widens what is logged.
 pub fn init_logging(format: crate::config::LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match format {
         crate::config::LogFormat::Text => builder.try_init(),
         crate::config::LogFormat::Json => builder.json().flatten_event(true).try_init(),

@@ -70,7 +70,11 @@ impl Upstream {
     fn prepare(&self, request: &mut Request<Body>) -> Result<(), http::Error> {
         // HTTP/2 clients name the host in the URI; the upstream speaks HTTP/1.1 and needs `Host`.
         if !request.headers().contains_key(HOST) {
-            if let Some(host) = request.uri().authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()) {
+            if let Some(host) = request
+                .uri()
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+            {
                 request.headers_mut().insert(HOST, host);
             }
         }
@@ -131,21 +135,40 @@ mod tests {
 
     #[test]
     fn target_keeps_path_and_query_under_the_base_path() {
-        let upstream = Upstream::new(client_for_tests(), "http://10.0.0.1:9000/api/".parse().unwrap());
-        let target = upstream.target(&"/v1/charges?x=1".parse().unwrap()).unwrap();
+        let upstream = Upstream::new(
+            client_for_tests(),
+            "http://10.0.0.1:9000/api/".parse().unwrap(),
+        );
+        let target = upstream
+            .target(&"/v1/charges?x=1".parse().unwrap())
+            .unwrap();
         assert_eq!(target, "http://10.0.0.1:9000/api/v1/charges?x=1");
         let plain = Upstream::new(client_for_tests(), "http://h:1".parse().unwrap());
-        assert_eq!(plain.target(&"http://proxy:8080/a?b".parse().unwrap()).unwrap(), "http://h:1/a?b");
+        assert_eq!(
+            plain
+                .target(&"http://proxy:8080/a?b".parse().unwrap())
+                .unwrap(),
+            "http://h:1/a?b"
+        );
     }
 
     #[test]
     fn forwarded_headers_append_the_client() {
         let mut request = Request::new(Body::empty());
-        request.extensions_mut().insert(ClientAddr("192.0.2.7:5000".parse().unwrap()));
-        request.headers_mut().insert("x-forwarded-for", HeaderValue::from_static("198.51.100.1"));
-        request.headers_mut().insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        request
+            .extensions_mut()
+            .insert(ClientAddr("192.0.2.7:5000".parse().unwrap()));
+        request
+            .headers_mut()
+            .insert("x-forwarded-for", HeaderValue::from_static("198.51.100.1"));
+        request
+            .headers_mut()
+            .insert("x-forwarded-proto", HeaderValue::from_static("https"));
         add_forwarded_headers(&mut request);
-        assert_eq!(request.headers()["x-forwarded-for"], "198.51.100.1, 192.0.2.7");
+        assert_eq!(
+            request.headers()["x-forwarded-for"],
+            "198.51.100.1, 192.0.2.7"
+        );
         assert_eq!(request.headers()["x-forwarded-proto"], "http");
     }
 

@@ -16,12 +16,18 @@ fn config_file(name: &str, text: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("idempotency-proxy-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
-    std::fs::File::create(&path).unwrap().write_all(text.as_bytes()).unwrap();
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
     path
 }
 
 fn run(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("the binary runs")
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("the binary runs")
 }
 
 fn stderr_line(output: &Output) -> String {
@@ -50,23 +56,62 @@ fn bad_configs_exit_2_with_file_line_and_key() {
         assert_eq!(output.status.code(), Some(2), "{file}");
         let message = stderr_line(&output);
         assert!(message.contains(file), "{file}: {message}");
-        assert!(message.contains(line), "{file}: expected line {line} in {message}");
-        assert!(message.contains(key), "{file}: expected key {key} in {message}");
+        assert!(
+            message.contains(line),
+            "{file}: expected line {line} in {message}"
+        );
+        assert!(
+            message.contains(key),
+            "{file}: expected key {key} in {message}"
+        );
     }
 }
 
 #[test]
 fn bad_flags_exit_2() {
-    assert_eq!(run(&["--upstream", "http://127.0.0.1:9", "--store", "postgres://x", "--check"]).status.code(), Some(2));
-    assert_eq!(run(&["--listen", "not-an-address", "--check"]).status.code(), Some(2));
-    assert_eq!(run(&["--check"]).status.code(), Some(2), "no upstream at all");
+    assert_eq!(
+        run(&[
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--store",
+            "postgres://x",
+            "--check"
+        ])
+        .status
+        .code(),
+        Some(2)
+    );
+    assert_eq!(
+        run(&["--listen", "not-an-address", "--check"])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        run(&["--check"]).status.code(),
+        Some(2),
+        "no upstream at all"
+    );
 }
 
 #[test]
 fn check_prints_the_effective_config_with_flags_over_the_file() {
     let path = config_file("check.toml", "upstream = \"http://127.0.0.1:9000\"\nlisten = \"127.0.0.1:1111\"\n[defaults]\nttl = \"1h\"\n");
-    let output = run(&["--config", path.to_str().unwrap(), "--listen", "127.0.0.1:2222", "--store", "memory", "--check"]);
-    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let output = run(&[
+        "--config",
+        path.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:2222",
+        "--store",
+        "memory",
+        "--check",
+    ]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let printed = String::from_utf8(output.stdout).unwrap();
     assert!(printed.contains("127.0.0.1:2222"), "{printed}");
     assert!(!printed.contains("127.0.0.1:1111"));
@@ -74,16 +119,31 @@ fn check_prints_the_effective_config_with_flags_over_the_file() {
     assert!(printed.contains("1h"));
     let reprinted = config_file("reprinted.toml", &printed);
     let again = run(&["--config", reprinted.to_str().unwrap(), "--check"]);
-    assert_eq!(String::from_utf8(again.stdout).unwrap(), printed, "the printed config loads to itself");
+    assert_eq!(
+        String::from_utf8(again.stdout).unwrap(),
+        printed,
+        "the printed config loads to itself"
+    );
 }
 
 #[tokio::test]
 async fn the_binary_proxies_and_drains_on_sigterm() {
     let upstream = TestUpstream::start().await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let listen = format!("127.0.0.1:{port}");
     let mut child = tokio::process::Command::new(BIN)
-        .args(["--upstream", &upstream.url(), "--store", "memory", "--listen", &listen])
+        .args([
+            "--upstream",
+            &upstream.url(),
+            "--store",
+            "memory",
+            "--listen",
+            &listen,
+        ])
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -103,7 +163,14 @@ async fn the_binary_proxies_and_drains_on_sigterm() {
     assert!(again.replayed());
 
     let pid = child.id().unwrap().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.expect("exits after SIGTERM").unwrap();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("exits after SIGTERM")
+        .unwrap();
     assert_eq!(status.code(), Some(0));
 }

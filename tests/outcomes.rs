@@ -26,7 +26,9 @@ async fn duplicate_in_flight_gets_409_with_retry_after() {
     let duplicate = proxy.client.post("/v1/x?delay_ms=600", "slow", "{}").await;
     assert_eq!(duplicate.status, 409);
     assert_eq!(duplicate.problem_type(), "request-in-flight");
-    assert!(duplicate.header("retry-after").is_some_and(|s| s.parse::<u64>().is_ok()));
+    assert!(duplicate
+        .header("retry-after")
+        .is_some_and(|s| s.parse::<u64>().is_ok()));
     assert_eq!(first.await.unwrap().status, 201);
     assert_eq!(upstream.executions_of("slow"), 1);
 }
@@ -34,11 +36,19 @@ async fn duplicate_in_flight_gets_409_with_retry_after() {
 #[tokio::test]
 async fn wait_mode_holds_the_duplicate_and_replays_the_first_answer() {
     let upstream = TestUpstream::start().await;
-    let proxy = TestProxy::in_front_of(&upstream.url(), "concurrent = \"wait\"\nwait_timeout = \"5s\"").await;
+    let proxy = TestProxy::in_front_of(
+        &upstream.url(),
+        "concurrent = \"wait\"\nwait_timeout = \"5s\"",
+    )
+    .await;
     let client = proxy.client.clone();
-    let first = tokio::spawn(async move { client.post("/v1/x?delay_ms=400", "waited", "{}").await });
+    let first =
+        tokio::spawn(async move { client.post("/v1/x?delay_ms=400", "waited", "{}").await });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let duplicate = proxy.client.post("/v1/x?delay_ms=400", "waited", "{}").await;
+    let duplicate = proxy
+        .client
+        .post("/v1/x?delay_ms=400", "waited", "{}")
+        .await;
     let first = first.await.unwrap();
     assert_eq!(duplicate.status, 201);
     assert!(duplicate.replayed());
@@ -49,7 +59,11 @@ async fn wait_mode_holds_the_duplicate_and_replays_the_first_answer() {
 #[tokio::test]
 async fn wait_mode_times_out_with_409() {
     let upstream = TestUpstream::start().await;
-    let proxy = TestProxy::in_front_of(&upstream.url(), "concurrent = \"wait\"\nwait_timeout = \"200ms\"").await;
+    let proxy = TestProxy::in_front_of(
+        &upstream.url(),
+        "concurrent = \"wait\"\nwait_timeout = \"200ms\"",
+    )
+    .await;
     let client = proxy.client.clone();
     let first = tokio::spawn(async move { client.post("/v1/x?delay_ms=1500", "long", "{}").await });
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -66,7 +80,10 @@ async fn unreachable_upstream_is_502_and_frees_the_key() {
         let answer = proxy.client.post("/v1/x", "nowhere", "{}").await;
         assert_eq!(answer.status, 502);
         assert_eq!(answer.problem_type(), "upstream-unavailable");
-        assert!(!answer.replayed(), "a request that was never sent is not stored");
+        assert!(
+            !answer.replayed(),
+            "a request that was never sent is not stored"
+        );
     }
 }
 
@@ -74,10 +91,16 @@ async fn unreachable_upstream_is_502_and_frees_the_key() {
 async fn upstream_timeout_is_kept_as_504_so_a_retry_never_runs_twice() {
     let upstream = TestUpstream::start().await;
     let proxy = TestProxy::in_front_of(&upstream.url(), "upstream_timeout = \"200ms\"").await;
-    let first = proxy.client.post("/v1/x?delay_ms=800", "timeout-keep", "{}").await;
+    let first = proxy
+        .client
+        .post("/v1/x?delay_ms=800", "timeout-keep", "{}")
+        .await;
     assert_eq!(first.status, 504);
     assert_eq!(first.problem_type(), "upstream-timeout");
-    let retry = proxy.client.post("/v1/x?delay_ms=800", "timeout-keep", "{}").await;
+    let retry = proxy
+        .client
+        .post("/v1/x?delay_ms=800", "timeout-keep", "{}")
+        .await;
     assert_eq!(retry.status, 504);
     assert!(retry.replayed());
     assert_eq!(upstream.executions_of("timeout-keep"), 1);
@@ -86,10 +109,20 @@ async fn upstream_timeout_is_kept_as_504_so_a_retry_never_runs_twice() {
 #[tokio::test]
 async fn upstream_timeout_with_release_lets_the_retry_run() {
     let upstream = TestUpstream::start().await;
-    let proxy = TestProxy::in_front_of(&upstream.url(), "upstream_timeout = \"200ms\"\non_ambiguous = \"release\"").await;
-    let first = proxy.client.post("/v1/x?delay_ms=800", "timeout-release", "{}").await;
+    let proxy = TestProxy::in_front_of(
+        &upstream.url(),
+        "upstream_timeout = \"200ms\"\non_ambiguous = \"release\"",
+    )
+    .await;
+    let first = proxy
+        .client
+        .post("/v1/x?delay_ms=800", "timeout-release", "{}")
+        .await;
     assert_eq!(first.status, 504);
-    let retry = proxy.client.post("/v1/x?delay_ms=800", "timeout-release", "{}").await;
+    let retry = proxy
+        .client
+        .post("/v1/x?delay_ms=800", "timeout-release", "{}")
+        .await;
     assert!(!retry.replayed());
     assert_eq!(upstream.executions_of("timeout-release"), 2);
 }
@@ -126,7 +159,10 @@ async fn connection_closed_after_the_request_was_read_is_ambiguous() {
     assert_eq!(first.status, 502);
     assert_eq!(first.problem_type(), "upstream-unavailable");
     let retry = proxy.client.post("/v1/x", "hangup", "{}").await;
-    assert!(retry.replayed(), "the operation may have run, so the retry must not run it again");
+    assert!(
+        retry.replayed(),
+        "the operation may have run, so the retry must not run it again"
+    );
     assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
@@ -134,11 +170,24 @@ async fn connection_closed_after_the_request_was_read_is_ambiguous() {
 async fn response_too_large_to_keep_is_streamed_whole_then_gone() {
     let upstream = TestUpstream::start().await;
     let proxy = TestProxy::in_front_of(&upstream.url(), "max_cached_body = \"1KiB\"").await;
-    let first = proxy.client.post("/v1/export?body_len=200000", "export", "{}").await;
+    let first = proxy
+        .client
+        .post("/v1/export?body_len=200000", "export", "{}")
+        .await;
     assert_eq!(first.status, 201);
     assert_eq!(first.body.len(), 200_000);
-    assert!(first.body.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8), "every byte arrives in order");
-    let retry = proxy.client.post("/v1/export?body_len=200000", "export", "{}").await;
+    assert!(
+        first
+            .body
+            .iter()
+            .enumerate()
+            .all(|(i, b)| *b == (i % 251) as u8),
+        "every byte arrives in order"
+    );
+    let retry = proxy
+        .client
+        .post("/v1/export?body_len=200000", "export", "{}")
+        .await;
     assert_eq!(retry.status, 410);
     assert_eq!(retry.problem_type(), "response-not-kept");
     assert_eq!(upstream.executions_of("export"), 1);
@@ -149,11 +198,18 @@ async fn client_that_hangs_up_does_not_stop_the_operation() {
     let upstream = TestUpstream::start().await;
     let proxy = TestProxy::in_front_of(&upstream.url(), "").await;
     let client = proxy.client.clone();
-    let impatient = tokio::spawn(async move { client.post("/v1/x?delay_ms=500", "hung-up", "{}").await });
+    let impatient =
+        tokio::spawn(async move { client.post("/v1/x?delay_ms=500", "hung-up", "{}").await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     impatient.abort();
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let retry = proxy.client.post("/v1/x?delay_ms=500", "hung-up", "{}").await;
-    assert!(retry.replayed(), "the outcome was recorded although the client left");
+    let retry = proxy
+        .client
+        .post("/v1/x?delay_ms=500", "hung-up", "{}")
+        .await;
+    assert!(
+        retry.replayed(),
+        "the outcome was recorded although the client left"
+    );
     assert_eq!(upstream.executions_of("hung-up"), 1);
 }

@@ -10,12 +10,21 @@ use common::upstream::TestUpstream;
 async fn replay_is_byte_for_byte_with_the_replayed_marker() {
     let upstream = TestUpstream::start().await;
     let proxy = TestProxy::in_front_of(&upstream.url(), "").await;
-    let first = proxy.client.post("/v1/charges?cookie=1", "charge-1", r#"{"amount":100}"#).await;
-    let again = proxy.client.post("/v1/charges?cookie=1", "charge-1", r#"{"amount":100}"#).await;
+    let first = proxy
+        .client
+        .post("/v1/charges?cookie=1", "charge-1", r#"{"amount":100}"#)
+        .await;
+    let again = proxy
+        .client
+        .post("/v1/charges?cookie=1", "charge-1", r#"{"amount":100}"#)
+        .await;
 
     assert_eq!(first.status, 201);
     assert!(!first.replayed());
-    assert!(first.header("set-cookie").is_some(), "the first client gets the upstream's cookie");
+    assert!(
+        first.header("set-cookie").is_some(),
+        "the first client gets the upstream's cookie"
+    );
     assert_eq!(again.status, first.status);
     assert_eq!(again.body, first.body);
     assert_eq!(again.header("x-execution"), first.header("x-execution"));
@@ -23,7 +32,10 @@ async fn replay_is_byte_for_byte_with_the_replayed_marker() {
     let multi: Vec<_> = again.headers.get_all("x-multi").iter().collect();
     assert_eq!(multi, ["one", "two"]);
     assert!(again.replayed());
-    assert!(again.header("set-cookie").is_none(), "a session cookie is never replayed");
+    assert!(
+        again.header("set-cookie").is_none(),
+        "a session cookie is never replayed"
+    );
     assert_eq!(upstream.executions_of("charge-1"), 1);
 }
 
@@ -45,11 +57,21 @@ async fn release_on_statuses_free_the_key_for_a_retry() {
     let proxy = TestProxy::in_front_of(&upstream.url(), "").await;
     for status in [503, 429] {
         let key = format!("busy-{status}");
-        let first = proxy.client.post(&format!("/v1/x?status={status}"), &key, "{}").await;
+        let first = proxy
+            .client
+            .post(&format!("/v1/x?status={status}"), &key, "{}")
+            .await;
         assert_eq!(first.status, status);
-        let retry = proxy.client.post(&format!("/v1/x?status={status}"), &key, "{}").await;
+        let retry = proxy
+            .client
+            .post(&format!("/v1/x?status={status}"), &key, "{}")
+            .await;
         assert!(!retry.replayed());
-        assert_eq!(upstream.executions_of(&key), 2, "status {status} must not be stored");
+        assert_eq!(
+            upstream.executions_of(&key),
+            2,
+            "status {status} must not be stored"
+        );
     }
 }
 
@@ -57,9 +79,18 @@ async fn release_on_statuses_free_the_key_for_a_retry() {
 async fn same_key_with_another_body_is_key_reused() {
     let upstream = TestUpstream::start().await;
     let proxy = TestProxy::in_front_of(&upstream.url(), "").await;
-    proxy.client.post("/v1/charges", "reused", r#"{"amount":100}"#).await;
-    let other_body = proxy.client.post("/v1/charges", "reused", r#"{"amount":999}"#).await;
-    let other_path = proxy.client.post("/v1/refunds", "reused", r#"{"amount":100}"#).await;
+    proxy
+        .client
+        .post("/v1/charges", "reused", r#"{"amount":100}"#)
+        .await;
+    let other_body = proxy
+        .client
+        .post("/v1/charges", "reused", r#"{"amount":999}"#)
+        .await;
+    let other_path = proxy
+        .client
+        .post("/v1/refunds", "reused", r#"{"amount":100}"#)
+        .await;
     assert_eq!(other_body.status, 422);
     assert_eq!(other_body.problem_type(), "key-reused");
     assert_eq!(other_path.status, 422);
@@ -81,7 +112,11 @@ async fn missing_key_is_refused_only_where_required() {
         assert_eq!(passed.status, 201);
         assert!(!passed.replayed());
     }
-    assert_eq!(upstream.seen().len(), 2, "without a key nothing is deduplicated");
+    assert_eq!(
+        upstream.seen().len(),
+        2,
+        "without a key nothing is deduplicated"
+    );
 }
 
 #[tokio::test]
@@ -108,8 +143,19 @@ async fn invalid_keys_are_refused_before_the_upstream() {
 async fn quoted_and_bare_keys_name_the_same_operation() {
     let upstream = TestUpstream::start().await;
     let proxy = TestProxy::in_front_of(&upstream.url(), "").await;
-    let bare = proxy.client.send("POST", "/v1/x", &[("idempotency-key", "8e03978e")], "{}").await;
-    let quoted = proxy.client.send("POST", "/v1/x", &[("idempotency-key", "\"8e03978e\"")], "{}").await;
+    let bare = proxy
+        .client
+        .send("POST", "/v1/x", &[("idempotency-key", "8e03978e")], "{}")
+        .await;
+    let quoted = proxy
+        .client
+        .send(
+            "POST",
+            "/v1/x",
+            &[("idempotency-key", "\"8e03978e\"")],
+            "{}",
+        )
+        .await;
     assert_eq!(bare.status, 201);
     assert!(quoted.replayed());
     assert_eq!(quoted.body, bare.body);
@@ -119,11 +165,17 @@ async fn quoted_and_bare_keys_name_the_same_operation() {
 async fn body_over_the_limit_is_refused_and_reserves_nothing() {
     let upstream = TestUpstream::start().await;
     let proxy = TestProxy::in_front_of(&upstream.url(), "max_request_body = \"16B\"").await;
-    let large = proxy.client.post("/v1/x", "big", "01234567890123456789").await;
+    let large = proxy
+        .client
+        .post("/v1/x", "big", "01234567890123456789")
+        .await;
     assert_eq!(large.status, 413);
     assert_eq!(large.problem_type(), "body-too-large");
     let small = proxy.client.post("/v1/x", "big", "0123").await;
-    assert_eq!(small.status, 201, "the refused request must not have reserved the key");
+    assert_eq!(
+        small.status, 201,
+        "the refused request must not have reserved the key"
+    );
     assert!(!small.replayed());
 }
 
@@ -132,7 +184,10 @@ async fn methods_the_route_does_not_cover_pass_straight_through() {
     let upstream = TestUpstream::start().await;
     let proxy = TestProxy::in_front_of(&upstream.url(), "").await;
     for _ in 0..2 {
-        let answer = proxy.client.send("PUT", "/v1/x", &[("idempotency-key", "put-1")], "{}").await;
+        let answer = proxy
+            .client
+            .send("PUT", "/v1/x", &[("idempotency-key", "put-1")], "{}")
+            .await;
         assert!(!answer.replayed());
     }
     assert_eq!(upstream.executions_of("put-1"), 2);
@@ -144,7 +199,16 @@ async fn clients_with_one_key_are_kept_apart_by_scope_header() {
     let proxy = TestProxy::in_front_of(&upstream.url(), "scope_header = \"Authorization\"").await;
     let send = |auth: &'static str| {
         let client = proxy.client.clone();
-        async move { client.send("POST", "/v1/x", &[("idempotency-key", "shared"), ("authorization", auth)], "{}").await }
+        async move {
+            client
+                .send(
+                    "POST",
+                    "/v1/x",
+                    &[("idempotency-key", "shared"), ("authorization", auth)],
+                    "{}",
+                )
+                .await
+        }
     };
     let alice = send("Bearer alice").await;
     let bob = send("Bearer bob").await;
@@ -163,9 +227,19 @@ async fn published_problem_base_types_and_links_every_problem() {
         "upstream = \"{}\"\nproblem_base = \"https://api.example.com/docs/idempotency#\"\n[defaults]\nrequire_key = true\n",
         upstream.url()
     );
-    let proxy = TestProxy::start(&toml, std::sync::Arc::new(idempotency_proxy::store::MemoryStore::new())).await;
+    let proxy = TestProxy::start(
+        &toml,
+        std::sync::Arc::new(idempotency_proxy::store::MemoryStore::new()),
+    )
+    .await;
     let answer = proxy.client.send("POST", "/v1/x", &[], "{}").await;
-    assert_eq!(answer.json()["type"], "https://api.example.com/docs/idempotency#missing-key");
-    assert_eq!(answer.header("link"), Some("<https://api.example.com/docs/idempotency#>; rel=\"describedby\""));
+    assert_eq!(
+        answer.json()["type"],
+        "https://api.example.com/docs/idempotency#missing-key"
+    );
+    assert_eq!(
+        answer.header("link"),
+        Some("<https://api.example.com/docs/idempotency#>; rel=\"describedby\"")
+    );
     assert_eq!(answer.json()["status"], 400);
 }

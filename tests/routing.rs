@@ -46,13 +46,25 @@ upstream = "{hooks}"
 async fn longest_prefix_and_host_pick_the_route_and_unmatched_is_404() {
     let payments = TestUpstream::start().await;
     let hooks = TestUpstream::start().await;
-    let proxy = TestProxy::start(&routes_config(&payments.url(), &hooks.url()), Arc::new(MemoryStore::new())).await;
+    let proxy = TestProxy::start(
+        &routes_config(&payments.url(), &hooks.url()),
+        Arc::new(MemoryStore::new()),
+    )
+    .await;
 
     let charge = proxy.client.post("/v1/charges", "c1", "{}").await;
     assert_eq!(charge.status, 201);
     assert_eq!(payments.seen().len(), 1);
 
-    let tenant = proxy.client.send("POST", "/v1/charges", &[("host", "B.example.com:8080"), ("idempotency-key", "c1")], "{}").await;
+    let tenant = proxy
+        .client
+        .send(
+            "POST",
+            "/v1/charges",
+            &[("host", "B.example.com:8080"), ("idempotency-key", "c1")],
+            "{}",
+        )
+        .await;
     assert_eq!(tenant.status, 201);
     assert!(!tenant.replayed(), "another route is another scope");
     assert_eq!(hooks.seen().len(), 1);
@@ -66,10 +78,20 @@ async fn longest_prefix_and_host_pick_the_route_and_unmatched_is_404() {
 async fn webhook_delivery_header_is_the_key() {
     let payments = TestUpstream::start().await;
     let hooks = TestUpstream::start().await;
-    let proxy = TestProxy::start(&routes_config(&payments.url(), &hooks.url()), Arc::new(MemoryStore::new())).await;
+    let proxy = TestProxy::start(
+        &routes_config(&payments.url(), &hooks.url()),
+        Arc::new(MemoryStore::new()),
+    )
+    .await;
     let delivery = [("x-github-delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")];
-    let first = proxy.client.send("POST", "/hooks/github", &delivery, r#"{"action":"opened"}"#).await;
-    let redelivery = proxy.client.send("POST", "/hooks/github", &delivery, r#"{"action":"opened"}"#).await;
+    let first = proxy
+        .client
+        .send("POST", "/hooks/github", &delivery, r#"{"action":"opened"}"#)
+        .await;
+    let redelivery = proxy
+        .client
+        .send("POST", "/hooks/github", &delivery, r#"{"action":"opened"}"#)
+        .await;
     assert_eq!(first.status, 201);
     assert!(redelivery.replayed());
     assert_eq!(hooks.seen().len(), 1);
@@ -79,7 +101,11 @@ async fn webhook_delivery_header_is_the_key() {
 async fn json_pointer_key_deduplicates_events_and_lets_keyless_bodies_through() {
     let payments = TestUpstream::start().await;
     let hooks = TestUpstream::start().await;
-    let proxy = TestProxy::start(&routes_config(&payments.url(), &hooks.url()), Arc::new(MemoryStore::new())).await;
+    let proxy = TestProxy::start(
+        &routes_config(&payments.url(), &hooks.url()),
+        Arc::new(MemoryStore::new()),
+    )
+    .await;
     let event = r#"{"id":"evt_1NG8Du2eZvKYlo2CUI79vXWy","type":"charge.succeeded"}"#;
     let first = proxy.client.send("POST", "/hooks/stripe", &[], event).await;
     let again = proxy.client.send("POST", "/hooks/stripe", &[], event).await;
@@ -87,17 +113,33 @@ async fn json_pointer_key_deduplicates_events_and_lets_keyless_bodies_through() 
     assert!(again.replayed());
     assert_eq!(again.body, first.body);
     for _ in 0..2 {
-        proxy.client.send("POST", "/hooks/stripe", &[], "not json").await;
+        proxy
+            .client
+            .send("POST", "/hooks/stripe", &[], "not json")
+            .await;
     }
-    assert_eq!(hooks.seen().len(), 3, "one event run once, and two keyless bodies each run");
-    assert_eq!(hooks.seen()[0].body, event.as_bytes(), "the body reaches the upstream unchanged");
+    assert_eq!(
+        hooks.seen().len(),
+        3,
+        "one event run once, and two keyless bodies each run"
+    );
+    assert_eq!(
+        hooks.seen()[0].body,
+        event.as_bytes(),
+        "the body reaches the upstream unchanged"
+    );
 }
 
 #[tokio::test]
 async fn hop_by_hop_headers_stay_behind_and_forwarded_headers_are_added() {
     let upstream = TestUpstream::start().await;
     let proxy = TestProxy::in_front_of(&upstream.url(), "").await;
-    let headers = [("connection", "x-private"), ("x-private", "secret"), ("keep-alive", "timeout=5"), ("x-forwarded-for", "198.51.100.9")];
+    let headers = [
+        ("connection", "x-private"),
+        ("x-private", "secret"),
+        ("keep-alive", "timeout=5"),
+        ("x-forwarded-for", "198.51.100.9"),
+    ];
     proxy.client.send("GET", "/status", &headers, "").await;
     let seen = &upstream.seen()[0];
     assert!(seen.headers.get("x-private").is_none());

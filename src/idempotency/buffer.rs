@@ -49,11 +49,16 @@ where
     let mut chunks = VecDeque::new();
     let mut len = 0usize;
     while let Some(frame) = body.frame().await {
-        let Ok(data) = frame?.into_data() else { continue };
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
         len += data.len();
         chunks.push_back(data);
         if len > limit {
-            return Ok(BufferedBody::TooLarge(PrefixedBody { prefix: chunks, rest: body }));
+            return Ok(BufferedBody::TooLarge(PrefixedBody {
+                prefix: chunks,
+                rest: body,
+            }));
         }
     }
     Ok(BufferedBody::Whole(concat(chunks, len)))
@@ -79,7 +84,10 @@ impl HttpBody for PrefixedBody {
     type Data = Bytes;
     type Error = axum::Error;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         if let Some(chunk) = self.prefix.pop_front() {
             return Poll::Ready(Some(Ok(Frame::data(chunk))));
         }
@@ -113,7 +121,10 @@ mod tests {
         type Data = Bytes;
         type Error = std::convert::Infallible;
 
-        fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
             Poll::Ready(self.0.pop_front().map(|c| Ok(Frame::data(c))))
         }
     }
@@ -126,7 +137,9 @@ mod tests {
     async fn small_bodies_are_whole_and_large_ones_stream_every_byte() {
         let whole = buffer(chunked(&[b"ab", b"cd"]), 4).await.unwrap();
         assert!(matches!(&whole, BufferedBody::Whole(b) if b == "abcd"));
-        let large = buffer(chunked(&[b"ab", b"cd", b"ef", b"gh"]), 3).await.unwrap();
+        let large = buffer(chunked(&[b"ab", b"cd", b"ef", b"gh"]), 3)
+            .await
+            .unwrap();
         assert!(matches!(large, BufferedBody::TooLarge(_)));
         let all = large.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(all, "abcdefgh");

@@ -46,7 +46,11 @@ enum UpstreamResult {
 
 impl Execution {
     /// Runs the request in its own task and waits for the answer to give the client.
-    pub async fn run<S, B>(self, inner: S, request: Request<Body>) -> (Response<Body>, RequestOutcome)
+    pub async fn run<S, B>(
+        self,
+        inner: S,
+        request: Request<Body>,
+    ) -> (Response<Body>, RequestOutcome)
     where
         S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
         S::Future: Send,
@@ -60,19 +64,31 @@ impl Execution {
             Err(panic) => {
                 // The record stays in flight and frees when its lease runs out.
                 tracing::error!(error = %panic, "the upstream task failed");
-                (ProxyError::UpstreamUnavailable.to_response(&base), RequestOutcome::Rejected)
+                (
+                    ProxyError::UpstreamUnavailable.to_response(&base),
+                    RequestOutcome::Rejected,
+                )
             }
         }
     }
 
-    async fn execute<S, B>(self, inner: S, request: Request<Body>) -> (Response<Body>, RequestOutcome)
+    async fn execute<S, B>(
+        self,
+        inner: S,
+        request: Request<Body>,
+    ) -> (Response<Body>, RequestOutcome)
     where
         S: Service<Request<Body>, Response = Response<B>>,
         S::Error: Into<BoxError>,
         B: HttpBody<Data = bytes::Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
     {
-        let renewer = tokio::spawn(renew_lease(self.store.clone(), self.key.clone(), self.token, self.policy.clone()));
+        let renewer = tokio::spawn(renew_lease(
+            self.store.clone(),
+            self.key.clone(),
+            self.token,
+            self.policy.clone(),
+        ));
         let started = Instant::now();
         let result = self.call_upstream(inner, request).await;
         telemetry::upstream_call(&self.policy.route, started.elapsed());
@@ -103,7 +119,9 @@ impl Execution {
                 Err(_) => UpstreamResult::Failed,
             }
         };
-        tokio::time::timeout(self.policy.upstream_timeout, work).await.unwrap_or(UpstreamResult::TimedOut)
+        tokio::time::timeout(self.policy.upstream_timeout, work)
+            .await
+            .unwrap_or(UpstreamResult::TimedOut)
     }
 
     /// Applies the policy to the result: store it, or free the key, and answer the client.
@@ -113,9 +131,18 @@ impl Execution {
                 let outcome = self.policy.classify(parts.status);
                 (parts, body, outcome)
             }
-            UpstreamResult::NotSent => self.problem(ProxyError::UpstreamUnavailable, Outcome::NotExecuted).await,
-            UpstreamResult::Failed => self.problem(ProxyError::UpstreamUnavailable, Outcome::Ambiguous).await,
-            UpstreamResult::TimedOut => self.problem(ProxyError::UpstreamTimeout, Outcome::Ambiguous).await,
+            UpstreamResult::NotSent => {
+                self.problem(ProxyError::UpstreamUnavailable, Outcome::NotExecuted)
+                    .await
+            }
+            UpstreamResult::Failed => {
+                self.problem(ProxyError::UpstreamUnavailable, Outcome::Ambiguous)
+                    .await
+            }
+            UpstreamResult::TimedOut => {
+                self.problem(ProxyError::UpstreamTimeout, Outcome::Ambiguous)
+                    .await
+            }
         };
         let keep = match outcome {
             Outcome::Definite => true,
@@ -129,10 +156,17 @@ impl Execution {
             self.release().await;
             RequestOutcome::Released
         };
-        (Response::from_parts(parts, body.into_body()), request_outcome)
+        (
+            Response::from_parts(parts, body.into_body()),
+            request_outcome,
+        )
     }
 
-    async fn problem(&self, error: ProxyError, outcome: Outcome) -> (http::response::Parts, BufferedBody, Outcome) {
+    async fn problem(
+        &self,
+        error: ProxyError,
+        outcome: Outcome,
+    ) -> (http::response::Parts, BufferedBody, Outcome) {
         let (parts, bytes) = buffered(error.to_response(&self.policy.problem_base)).await;
         (parts, BufferedBody::Whole(bytes), outcome)
     }
@@ -143,7 +177,11 @@ impl Execution {
         let exclude = &self.policy.replay_exclude_headers;
         let record = completed_record(parts, stored_body, self.fingerprint, self.token, exclude);
         for attempt in 0..COMPLETE_ATTEMPTS {
-            match self.store.complete(&self.key, &record, self.policy.ttl).await {
+            match self
+                .store
+                .complete(&self.key, &record, self.policy.ttl)
+                .await
+            {
                 Ok(Fenced::Applied) => return,
                 Ok(Fenced::LeaseLost) => {
                     tracing::warn!(key = %self.key.log_id(), "outcome not stored: the lease ran out and the key was taken over");
@@ -161,7 +199,9 @@ impl Execution {
     async fn release(&self) {
         match self.store.release(&self.key, self.token).await {
             Ok(_) => {}
-            Err(e) => tracing::warn!(key = %self.key.log_id(), error = %e, "releasing the key failed; it frees when its lease runs out"),
+            Err(e) => {
+                tracing::warn!(key = %self.key.log_id(), error = %e, "releasing the key failed; it frees when its lease runs out")
+            }
         }
     }
 }
@@ -181,7 +221,12 @@ fn is_not_sent(error: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// Keeps the lease alive while the upstream works, so a slow upstream never lets a duplicate in.
-async fn renew_lease(store: Arc<dyn Store>, key: ScopedKey, token: FencingToken, policy: Arc<Policy>) {
+async fn renew_lease(
+    store: Arc<dyn Store>,
+    key: ScopedKey,
+    token: FencingToken,
+    policy: Arc<Policy>,
+) {
     loop {
         tokio::time::sleep(policy.renew_every()).await;
         match store.renew(&key, token, policy.lease).await {

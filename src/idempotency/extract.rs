@@ -18,7 +18,10 @@ where
     B::Error: Into<BoxError>,
 {
     let too_large = ProxyError::BodyTooLarge { limit };
-    let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit.as_u64()) {
         return Err(too_large);
     }
@@ -30,7 +33,10 @@ where
 }
 
 /// The key in a header: none, one valid key, or an error (two headers count as invalid).
-pub fn key_from_headers(headers: &HeaderMap, name: &HeaderName) -> Result<Option<IdempotencyKey>, KeyError> {
+pub fn key_from_headers(
+    headers: &HeaderMap,
+    name: &HeaderName,
+) -> Result<Option<IdempotencyKey>, KeyError> {
     let mut values = headers.get_all(name).iter();
     let Some(value) = values.next() else {
         return Ok(None);
@@ -49,7 +55,9 @@ pub fn key_from_body(body: &[u8], pointer: &str) -> Result<Option<IdempotencyKey
     };
     match document.pointer(pointer) {
         Some(serde_json::Value::String(s)) => IdempotencyKey::new(s.as_str()).map(Some),
-        Some(serde_json::Value::Number(n)) if n.is_i64() || n.is_u64() => IdempotencyKey::new(n.to_string()).map(Some),
+        Some(serde_json::Value::Number(n)) if n.is_i64() || n.is_u64() => {
+            IdempotencyKey::new(n.to_string()).map(Some)
+        }
         Some(serde_json::Value::Null) | None => Ok(None),
         Some(_) => Err(KeyError::NotVisibleAscii),
     }
@@ -66,7 +74,10 @@ mod tests {
         let mut headers = HeaderMap::new();
         assert_eq!(key_from_headers(&headers, &name), Ok(None));
         headers.append(&name, HeaderValue::from_static("a"));
-        assert_eq!(key_from_headers(&headers, &name).unwrap().unwrap().as_str(), "a");
+        assert_eq!(
+            key_from_headers(&headers, &name).unwrap().unwrap().as_str(),
+            "a"
+        );
         headers.append(&name, HeaderValue::from_static("a"));
         assert_eq!(key_from_headers(&headers, &name), Err(KeyError::Repeated));
     }
@@ -74,12 +85,24 @@ mod tests {
     #[test]
     fn body_pointer_finds_strings_and_integers() {
         let key = |body: &str, ptr: &str| key_from_body(body.as_bytes(), ptr);
-        assert_eq!(key(r#"{"id":"evt_1"}"#, "/id").unwrap().unwrap().as_str(), "evt_1");
-        assert_eq!(key(r#"{"event":{"n":42}}"#, "/event/n").unwrap().unwrap().as_str(), "42");
+        assert_eq!(
+            key(r#"{"id":"evt_1"}"#, "/id").unwrap().unwrap().as_str(),
+            "evt_1"
+        );
+        assert_eq!(
+            key(r#"{"event":{"n":42}}"#, "/event/n")
+                .unwrap()
+                .unwrap()
+                .as_str(),
+            "42"
+        );
         assert_eq!(key(r#"{"other":1}"#, "/id"), Ok(None));
         assert_eq!(key("not json", "/id"), Ok(None));
         assert_eq!(key(r#"{"id":""}"#, "/id"), Err(KeyError::Empty));
-        assert_eq!(key(r#"{"id":{"nested":true}}"#, "/id"), Err(KeyError::NotVisibleAscii));
+        assert_eq!(
+            key(r#"{"id":{"nested":true}}"#, "/id"),
+            Err(KeyError::NotVisibleAscii)
+        );
     }
 
     #[tokio::test]
@@ -87,10 +110,18 @@ mod tests {
         let limit = ByteSize::bytes(4);
         let (mut parts, ()) = http::Request::new(()).into_parts();
         let body = http_body_util::Full::new(Bytes::from_static(b"12345"));
-        assert!(matches!(read_body(&parts, body, limit).await, Err(ProxyError::BodyTooLarge { .. })));
-        parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("100"));
+        assert!(matches!(
+            read_body(&parts, body, limit).await,
+            Err(ProxyError::BodyTooLarge { .. })
+        ));
+        parts
+            .headers
+            .insert(header::CONTENT_LENGTH, HeaderValue::from_static("100"));
         let small = http_body_util::Full::new(Bytes::from_static(b"1"));
-        assert!(matches!(read_body(&parts, small, limit).await, Err(ProxyError::BodyTooLarge { .. })));
+        assert!(matches!(
+            read_body(&parts, small, limit).await,
+            Err(ProxyError::BodyTooLarge { .. })
+        ));
         parts.headers.remove(header::CONTENT_LENGTH);
         let fits = http_body_util::Full::new(Bytes::from_static(b"1234"));
         assert_eq!(read_body(&parts, fits, limit).await.unwrap(), "1234");

@@ -37,7 +37,10 @@ pub struct IdempotencyLayer {
 
 impl IdempotencyLayer {
     pub fn new(store: Arc<dyn Store>, policy: Policy) -> Self {
-        Self { store, policy: Arc::new(policy) }
+        Self {
+            store,
+            policy: Arc::new(policy),
+        }
     }
 
     pub fn policy(&self) -> &Policy {

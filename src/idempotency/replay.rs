@@ -41,7 +41,10 @@ pub fn replay(record: CompletedRecord, base: &ProblemBase) -> Response<Body> {
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = record.status;
     *response.headers_mut() = record.headers;
-    response.headers_mut().insert(IDEMPOTENT_REPLAYED.clone(), HeaderValue::from_static("true"));
+    response.headers_mut().insert(
+        IDEMPOTENT_REPLAYED.clone(),
+        HeaderValue::from_static("true"),
+    );
     response
 }
 
@@ -50,7 +53,11 @@ pub async fn buffered(response: Response<Body>) -> (Parts, Bytes) {
     use http_body_util::BodyExt;
     let (parts, body) = response.into_parts();
     // Problem bodies are built in memory by the proxy, so collecting them cannot fail.
-    let bytes = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+    let bytes = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
     (parts, bytes)
 }
 
@@ -62,7 +69,10 @@ mod tests {
 
     fn record(body: StoredBody) -> CompletedRecord {
         let mut headers = http::HeaderMap::new();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         CompletedRecord {
             fingerprint: Fingerprint::from_bytes([0; 32]),
             token: FencingToken::from_u64(1),
@@ -75,7 +85,10 @@ mod tests {
 
     #[tokio::test]
     async fn replay_is_byte_for_byte_and_marked() {
-        let response = replay(record(StoredBody::Kept(Bytes::from_static(b"\x00{\"id\":1}\xff"))), &ProblemBase::default());
+        let response = replay(
+            record(StoredBody::Kept(Bytes::from_static(b"\x00{\"id\":1}\xff"))),
+            &ProblemBase::default(),
+        );
         assert_eq!(response.status(), StatusCode::CREATED);
         assert_eq!(response.headers()["idempotent-replayed"], "true");
         assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");

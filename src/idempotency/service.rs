@@ -41,7 +41,10 @@ pub struct IdempotencyService<S> {
 
 impl<S> IdempotencyService<S> {
     pub(crate) fn new(inner: S, store: Arc<dyn Store>, policy: Arc<Policy>) -> Self {
-        Self { inner, handler: Handler { store, policy } }
+        Self {
+            inner,
+            handler: Handler { store, policy },
+        }
     }
 }
 
@@ -95,7 +98,11 @@ struct Handler {
 }
 
 impl Handler {
-    async fn handle<S, B>(self, inner: S, request: Request<Body>) -> Result<Response<Body>, S::Error>
+    async fn handle<S, B>(
+        self,
+        inner: S,
+        request: Request<Body>,
+    ) -> Result<Response<Body>, S::Error>
     where
         S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
         S::Future: Send,
@@ -114,7 +121,13 @@ impl Handler {
             }
         };
         let route = &self.policy.route;
-        telemetry::request_finished(route, outcome, response.status(), key_id.as_deref(), started.elapsed());
+        telemetry::request_finished(
+            route,
+            outcome,
+            response.status(),
+            key_id.as_deref(),
+            started.elapsed(),
+        );
         Ok(response)
     }
 
@@ -128,19 +141,23 @@ impl Handler {
             KeySource::Header(name) => match key_from_headers(&parts.headers, name) {
                 Err(e) => return Admission::Refused(e.into()),
                 Ok(None) => return self.keyless(parts, body),
-                Ok(Some(key)) => match read_body(&parts, body, self.policy.max_request_body).await {
-                    Ok(bytes) => (key, bytes),
+                Ok(Some(key)) => {
+                    match read_body(&parts, body, self.policy.max_request_body).await {
+                        Ok(bytes) => (key, bytes),
+                        Err(e) => return Admission::Refused(e),
+                    }
+                }
+            },
+            KeySource::BodyPointer(pointer) => {
+                match read_body(&parts, body, self.policy.max_request_body).await {
                     Err(e) => return Admission::Refused(e),
-                },
-            },
-            KeySource::BodyPointer(pointer) => match read_body(&parts, body, self.policy.max_request_body).await {
-                Err(e) => return Admission::Refused(e),
-                Ok(bytes) => match key_from_body(&bytes, pointer) {
-                    Err(e) => return Admission::Refused(e.into()),
-                    Ok(None) => return self.keyless(parts, Body::from(bytes)),
-                    Ok(Some(key)) => (key, bytes),
-                },
-            },
+                    Ok(bytes) => match key_from_body(&bytes, pointer) {
+                        Err(e) => return Admission::Refused(e.into()),
+                        Ok(None) => return self.keyless(parts, Body::from(bytes)),
+                        Ok(Some(key)) => (key, bytes),
+                    },
+                }
+            }
         };
         Admission::Keyed(self.keyed(parts, body, key))
     }
@@ -155,16 +172,33 @@ impl Handler {
 
     fn keyed(&self, parts: Parts, body: Bytes, key: IdempotencyKey) -> KeyedRequest {
         let policy = &self.policy;
-        let scope = policy.scope_header.as_ref().and_then(|name| parts.headers.get(name));
+        let scope = policy
+            .scope_header
+            .as_ref()
+            .and_then(|name| parts.headers.get(name));
         let scope = scope.map(|secret| ClientScope::from_secret(secret.as_bytes()));
         let key = ScopedKey::new(policy.route.clone(), scope, key);
-        let fingerprint =
-            Fingerprint::compute(&parts.method, &parts.uri, &parts.headers, &policy.fingerprint_headers, &body);
-        KeyedRequest { parts, body, key, fingerprint }
+        let fingerprint = Fingerprint::compute(
+            &parts.method,
+            &parts.uri,
+            &parts.headers,
+            &policy.fingerprint_headers,
+            &body,
+        );
+        KeyedRequest {
+            parts,
+            body,
+            key,
+            fingerprint,
+        }
     }
 
     /// Step 4: reserve, then run, replay, wait or refuse.
-    async fn deduplicate<S, B>(&self, inner: S, request: KeyedRequest) -> Result<(Response<Body>, RequestOutcome), S::Error>
+    async fn deduplicate<S, B>(
+        &self,
+        inner: S,
+        request: KeyedRequest,
+    ) -> Result<(Response<Body>, RequestOutcome), S::Error>
     where
         S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
         S::Future: Send,
@@ -181,20 +215,32 @@ impl Handler {
             };
             let same_request = |fingerprint: &Fingerprint| *fingerprint == request.fingerprint;
             match reservation {
-                Reservation::Acquired(token) => return Ok(self.execute(inner, request, token).await),
-                Reservation::Completed(r) if same_request(&r.fingerprint) => {
-                    return Ok((replay(r, &self.policy.problem_base), RequestOutcome::Replayed))
+                Reservation::Acquired(token) => {
+                    return Ok(self.execute(inner, request, token).await)
                 }
-                Reservation::InFlight(r) if same_request(&r.fingerprint) && self.may_wait(deadline) => {
+                Reservation::Completed(r) if same_request(&r.fingerprint) => {
+                    return Ok((
+                        replay(r, &self.policy.problem_base),
+                        RequestOutcome::Replayed,
+                    ))
+                }
+                Reservation::InFlight(r)
+                    if same_request(&r.fingerprint) && self.may_wait(deadline) =>
+                {
                     tokio::time::sleep(pause.min(deadline - Instant::now())).await;
                     pause = (pause * 2).min(WAIT_MAX_PAUSE);
                 }
                 Reservation::InFlight(r) if same_request(&r.fingerprint) => {
-                    let in_flight = ProxyError::RequestInFlight { retry_after: RETRY_AFTER };
+                    let in_flight = ProxyError::RequestInFlight {
+                        retry_after: RETRY_AFTER,
+                    };
                     return Ok((self.problem(&in_flight), RequestOutcome::Conflict));
                 }
                 Reservation::InFlight(_) | Reservation::Completed(_) => {
-                    return Ok((self.problem(&ProxyError::KeyReused), RequestOutcome::Mismatch))
+                    return Ok((
+                        self.problem(&ProxyError::KeyReused),
+                        RequestOutcome::Mismatch,
+                    ))
                 }
             }
         }
@@ -206,12 +252,20 @@ impl Handler {
 
     async fn reserve(&self, request: &KeyedRequest) -> Result<Reservation, StoreError> {
         let started = Instant::now();
-        let reservation = self.store.reserve(&request.key, request.fingerprint, self.policy.lease).await;
+        let reservation = self
+            .store
+            .reserve(&request.key, request.fingerprint, self.policy.lease)
+            .await;
         telemetry::store_operation("reserve", started.elapsed());
         reservation
     }
 
-    async fn execute<S, B>(&self, inner: S, request: KeyedRequest, token: FencingToken) -> (Response<Body>, RequestOutcome)
+    async fn execute<S, B>(
+        &self,
+        inner: S,
+        request: KeyedRequest,
+        token: FencingToken,
+    ) -> (Response<Body>, RequestOutcome)
     where
         S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
         S::Future: Send,
@@ -226,11 +280,21 @@ impl Handler {
             token,
             fingerprint: request.fingerprint,
         };
-        execution.run(inner, Request::from_parts(request.parts, Body::from(request.body))).await
+        execution
+            .run(
+                inner,
+                Request::from_parts(request.parts, Body::from(request.body)),
+            )
+            .await
     }
 
     /// The store could not answer: refuse (`fail_closed`) or forward undeduplicated (`fail_open`).
-    async fn store_failed<S, B>(&self, inner: S, request: KeyedRequest, error: StoreError) -> Result<(Response<Body>, RequestOutcome), S::Error>
+    async fn store_failed<S, B>(
+        &self,
+        inner: S,
+        request: KeyedRequest,
+        error: StoreError,
+    ) -> Result<(Response<Body>, RequestOutcome), S::Error>
     where
         S: Service<Request<Body>, Response = Response<B>>,
         B: HttpBody<Data = Bytes> + Send + 'static,
@@ -238,7 +302,10 @@ impl Handler {
     {
         tracing::warn!(route = %self.policy.route, key = %request.key.log_id(), error = %error, "store unavailable");
         if self.policy.on_store_error == StoreErrorPolicy::FailClosed {
-            return Ok((self.problem(&ProxyError::StoreUnavailable), RequestOutcome::Rejected));
+            return Ok((
+                self.problem(&ProxyError::StoreUnavailable),
+                RequestOutcome::Rejected,
+            ));
         }
         metrics::counter!(telemetry::FAIL_OPEN_TOTAL, "route" => self.policy.route.as_str().to_owned()).increment(1);
         let request = Request::from_parts(request.parts, Body::from(request.body));
@@ -247,15 +314,28 @@ impl Handler {
     }
 
     /// Forwards a request that is not deduplicated, streaming both ways.
-    async fn forward<S, B>(&self, inner: S, request: Request<Body>, started: Instant) -> Result<Response<Body>, S::Error>
+    async fn forward<S, B>(
+        &self,
+        inner: S,
+        request: Request<Body>,
+        started: Instant,
+    ) -> Result<Response<Body>, S::Error>
     where
         S: Service<Request<Body>, Response = Response<B>>,
         B: HttpBody<Data = Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
     {
         let result = inner.oneshot(request).await.map(|r| r.map(Body::new));
-        let status = result.as_ref().map_or(http::StatusCode::BAD_GATEWAY, |r| r.status());
-        telemetry::request_finished(&self.policy.route, RequestOutcome::Bypassed, status, None, started.elapsed());
+        let status = result
+            .as_ref()
+            .map_or(http::StatusCode::BAD_GATEWAY, |r| r.status());
+        telemetry::request_finished(
+            &self.policy.route,
+            RequestOutcome::Bypassed,
+            status,
+            None,
+            started.elapsed(),
+        );
         result
     }
 

@@ -22,14 +22,25 @@ impl Answer {
     }
 
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
     }
 
     /// The problem type of a problem+json answer, without the base.
     pub fn problem_type(&self) -> String {
-        assert_eq!(self.header("content-type"), Some("application/problem+json"), "{self:?}");
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json"),
+            "{self:?}"
+        );
         let kind = self.json()["type"].as_str().unwrap().to_owned();
-        kind.rsplit(':').next().unwrap().rsplit('#').next().unwrap().to_owned()
+        kind.rsplit(':')
+            .next()
+            .unwrap()
+            .rsplit('#')
+            .next()
+            .unwrap()
+            .to_owned()
     }
 
     pub fn replayed(&self) -> bool {
@@ -45,24 +56,48 @@ pub struct TestClient {
 
 impl TestClient {
     pub fn new(addr: SocketAddr) -> Self {
-        Self { base: format!("http://{addr}"), client: Client::builder(TokioExecutor::new()).build_http() }
+        Self {
+            base: format!("http://{addr}"),
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        }
     }
 
     /// Sends a request with the given headers and body and reads the whole answer.
-    pub async fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Answer {
-        let mut request = Request::builder().method(Method::from_bytes(method.as_bytes()).unwrap()).uri(format!("{}{path}", self.base));
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> Answer {
+        let mut request = Request::builder()
+            .method(Method::from_bytes(method.as_bytes()).unwrap())
+            .uri(format!("{}{path}", self.base));
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
         let request = request.body(Body::from(body.into())).unwrap();
-        let response = self.client.request(request).await.expect("the proxy answers");
+        let response = self
+            .client
+            .request(request)
+            .await
+            .expect("the proxy answers");
         let (parts, body) = response.into_parts();
-        let body = body.collect().await.expect("the body arrives whole").to_bytes();
-        Answer { status: parts.status, headers: parts.headers, body }
+        let body = body
+            .collect()
+            .await
+            .expect("the body arrives whole")
+            .to_bytes();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
     }
 
     /// A keyed POST, the common case.
     pub async fn post(&self, path: &str, key: &str, body: &'static str) -> Answer {
-        self.send("POST", path, &[("idempotency-key", key)], body).await
+        self.send("POST", path, &[("idempotency-key", key)], body)
+            .await
     }
 }

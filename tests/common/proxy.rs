@@ -8,8 +8,8 @@ use clap::Parser;
 use idempotency_proxy::cli::Cli;
 use idempotency_proxy::config::{self, Settings};
 use idempotency_proxy::proxy::Proxy;
-use idempotency_proxy::store::{MemoryStore, Store};
 use idempotency_proxy::server;
+use idempotency_proxy::store::{MemoryStore, Store};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -17,6 +17,8 @@ use super::client::TestClient;
 
 pub struct TestProxy {
     pub addr: SocketAddr,
+    /// The admin listener, served like `--admin-listen` would.
+    pub admin: TestClient,
     pub client: TestClient,
     pub store: Arc<dyn Store>,
     pub settings: Settings,
@@ -46,8 +48,25 @@ impl TestProxy {
         let shutdown = async move {
             let _ = stopped.await;
         };
-        let stopped = tokio::spawn(server::run(listener, proxy.router(), shutdown, Duration::from_secs(5)));
-        Self { addr, client: TestClient::new(addr), store, settings, stop: Some(stop), stopped: Some(stopped) }
+        let admin_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let admin = TestClient::new(admin_listener.local_addr().unwrap());
+        let admin_router = proxy.admin();
+        tokio::spawn(async move { axum::serve(admin_listener, admin_router).await });
+        let stopped = tokio::spawn(server::run(
+            listener,
+            proxy.router(),
+            shutdown,
+            Duration::from_secs(5),
+        ));
+        Self {
+            addr,
+            admin,
+            client: TestClient::new(addr),
+            store,
+            settings,
+            stop: Some(stop),
+            stopped: Some(stopped),
+        }
     }
 
     /// Stops accepting and waits for open connections to finish.

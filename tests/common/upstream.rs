@@ -38,7 +38,9 @@ pub struct TestUpstream {
 impl TestUpstream {
     pub async fn start() -> Self {
         let shared = Shared::default();
-        let app = axum::Router::new().fallback(handle).with_state(shared.clone());
+        let app = axum::Router::new()
+            .fallback(handle)
+            .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -56,7 +58,10 @@ impl TestUpstream {
 
     /// How many requests carried this idempotency key (header `idempotency-key`, as sent).
     pub fn executions_of(&self, key: &str) -> usize {
-        self.seen().iter().filter(|s| s.headers.get("idempotency-key").is_some_and(|v| v == key)).count()
+        self.seen()
+            .iter()
+            .filter(|s| s.headers.get("idempotency-key").is_some_and(|v| v == key))
+            .count()
     }
 }
 
@@ -67,9 +72,19 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response<Body> {
-    let query: HashMap<&str, &str> = uri.query().unwrap_or("").split('&').filter_map(|p| p.split_once('=')).collect();
+    let query: HashMap<&str, &str> = uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|p| p.split_once('='))
+        .collect();
     let execution = shared.executions.fetch_add(1, Ordering::SeqCst) + 1;
-    shared.seen.lock().unwrap().push(Seen { method: method.clone(), uri: uri.clone(), headers, body: body.clone() });
+    shared.seen.lock().unwrap().push(Seen {
+        method: method.clone(),
+        uri: uri.clone(),
+        headers,
+        body: body.clone(),
+    });
     let param = |name: &str| query.get(name).and_then(|v| v.parse::<u64>().ok());
     if let Some(ms) = param("delay_ms") {
         tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -77,7 +92,11 @@ async fn handle(
     let status = StatusCode::from_u16(param("status").unwrap_or(201) as u16).unwrap();
     let body = match param("body_len") {
         Some(len) => Body::from((0..len).map(|i| (i % 251) as u8).collect::<Vec<u8>>()),
-        None => Body::from(format!("{{\"execution\":{execution},\"method\":\"{method}\",\"path\":\"{}\",\"received\":{}}}", uri.path(), body.len())),
+        None => Body::from(format!(
+            "{{\"execution\":{execution},\"method\":\"{method}\",\"path\":\"{}\",\"received\":{}}}",
+            uri.path(),
+            body.len()
+        )),
     };
     let mut response = Response::builder()
         .status(status)

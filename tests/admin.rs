@@ -1,0 +1,112 @@
+//! The admin listener: health, readiness, metrics that move, and inspecting or dropping a record.
+
+mod common;
+
+use common::proxy::TestProxy;
+use common::upstream::TestUpstream;
+
+/// The value of one counter sample in Prometheus text, 0 when absent.
+fn counter(metrics: &str, route: &str, outcome: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("idempotency_requests_total{"))
+        .filter(|l| {
+            l.contains(&format!("route=\"{route}\""))
+                && l.contains(&format!("outcome=\"{outcome}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn health_and_readiness_answer() {
+    let upstream = TestUpstream::start().await;
+    let proxy = TestProxy::in_front_of(&upstream.url(), "").await;
+    assert_eq!(
+        proxy.admin.send("GET", "/healthz", &[], "").await.status,
+        200
+    );
+    assert_eq!(
+        proxy.admin.send("GET", "/readyz", &[], "").await.status,
+        200
+    );
+}
+
+#[tokio::test]
+async fn replay_moves_the_replayed_counter() {
+    let upstream = TestUpstream::start().await;
+    let proxy = TestProxy::in_front_of(&upstream.url(), "").await;
+    let scrape = || async {
+        String::from_utf8(
+            proxy
+                .admin
+                .send("GET", "/metrics", &[], "")
+                .await
+                .body
+                .to_vec(),
+        )
+        .unwrap()
+    };
+    proxy.client.post("/v1/x", "metered", "{}").await;
+    let before = scrape().await;
+    proxy.client.post("/v1/x", "metered", "{}").await;
+    let after = scrape().await;
+    // Other tests in this binary share the process-wide recorder, so compare, don't equate.
+    assert!(
+        counter(&after, "default", "replayed") > counter(&before, "default", "replayed"),
+        "{after}"
+    );
+    assert!(counter(&after, "default", "forwarded") >= 1);
+}
+
+#[tokio::test]
+async fn a_record_can_be_inspected_without_its_body_and_dropped() {
+    let upstream = TestUpstream::start().await;
+    let proxy = TestProxy::in_front_of(&upstream.url(), "scope_header = \"Authorization\"").await;
+    let auth = [
+        ("idempotency-key", "inspect-me"),
+        ("authorization", "Bearer alice"),
+    ];
+    let first = proxy.client.send("POST", "/v1/x", &auth, "{}").await;
+
+    let scope = [("x-idempotency-scope", "Bearer alice")];
+    let view = proxy
+        .admin
+        .send("GET", "/keys/default/inspect-me", &scope, "")
+        .await;
+    assert_eq!(view.status, 200);
+    let json = view.json();
+    assert_eq!(json["state"], "completed");
+    assert_eq!(json["status"], 201);
+    assert_eq!(json["body_length"], first.body.len());
+    assert!(
+        !String::from_utf8_lossy(&view.body).contains("execution"),
+        "the body is never shown"
+    );
+
+    let other_client = proxy
+        .admin
+        .send(
+            "GET",
+            "/keys/default/inspect-me",
+            &[("x-idempotency-scope", "Bearer bob")],
+            "",
+        )
+        .await;
+    assert_eq!(
+        other_client.status, 404,
+        "another client's scope does not reach alice's record"
+    );
+
+    assert_eq!(
+        proxy
+            .admin
+            .send("DELETE", "/keys/default/inspect-me", &scope, "")
+            .await
+            .status,
+        204
+    );
+    let rerun = proxy.client.send("POST", "/v1/x", &auth, "{}").await;
+    assert!(!rerun.replayed(), "a dropped record lets the key run again");
+    assert_eq!(upstream.executions_of("inspect-me"), 2);
+}
