@@ -1,1 +1,81 @@
-fn main() {}
+//! The per-request work of the idempotency layer that does not touch the network: key
+//! parsing, fingerprinting, and encoding and decoding records.
+//!
+//! `cargo bench --bench hot_paths`
+
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use idempotency_proxy::idempotency::fingerprint::Fingerprint;
+use idempotency_proxy::idempotency::key::IdempotencyKey;
+use idempotency_proxy::idempotency::record::{CompletedRecord, FencingToken, Record, StoredBody};
+
+fn key_parsing(c: &mut Criterion) {
+    let mut group = c.benchmark_group("key");
+    group.bench_function("bare_uuid", |b| {
+        b.iter(|| {
+            IdempotencyKey::from_header_value(std::hint::black_box(
+                b"8e03978e-40d5-43e8-bc93-6894a57f9324",
+            ))
+        })
+    });
+    group.bench_function("sf_string_uuid", |b| {
+        b.iter(|| {
+            IdempotencyKey::from_header_value(std::hint::black_box(
+                b"\"8e03978e-40d5-43e8-bc93-6894a57f9324\"",
+            ))
+        })
+    });
+    group.finish();
+}
+
+fn fingerprint(c: &mut Criterion) {
+    let mut group = c.benchmark_group("fingerprint");
+    let uri: Uri = "/v1/charges?expand=customer".parse().unwrap();
+    let mut headers = HeaderMap::new();
+    headers.insert("x-tenant", HeaderValue::from_static("acme"));
+    let names = [HeaderName::from_static("x-tenant")];
+    for size in [256usize, 16 * 1024] {
+        let body = vec![b'x'; size];
+        group.throughput(Throughput::Bytes(size as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(size), &body, |b, body| {
+            b.iter(|| Fingerprint::compute(&Method::POST, &uri, &headers, &names, body))
+        });
+    }
+    group.finish();
+}
+
+fn completed(body_len: usize) -> Record {
+    let mut headers = HeaderMap::new();
+    headers.insert("content-type", HeaderValue::from_static("application/json"));
+    headers.insert("x-request-id", HeaderValue::from_static("req_8e03978e40d5"));
+    Record::Completed(CompletedRecord {
+        fingerprint: Fingerprint::from_bytes([7; 32]),
+        token: FencingToken::generate(),
+        created_at: SystemTime::now(),
+        status: StatusCode::CREATED,
+        headers,
+        body: StoredBody::Kept(Bytes::from(vec![b'x'; body_len])),
+    })
+}
+
+fn records(c: &mut Criterion) {
+    let mut group = c.benchmark_group("record");
+    for size in [256usize, 16 * 1024] {
+        let record = completed(size);
+        let encoded = record.encode();
+        group.throughput(Throughput::Bytes(encoded.len() as u64));
+        group.bench_with_input(BenchmarkId::new("encode", size), &record, |b, r| {
+            b.iter(|| r.encode())
+        });
+        group.bench_with_input(BenchmarkId::new("decode", size), &encoded, |b, e| {
+            b.iter(|| Record::decode(e.clone()))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, key_parsing, fingerprint, records);
+criterion_main!(benches);
