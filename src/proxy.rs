@@ -9,9 +9,11 @@
 //!   upstream said, and "never sent" can be told from "sent, then lost".
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
+use tokio_util::task::TaskTracker;
 use tower::Layer;
 
 use crate::config::Settings;
@@ -38,12 +40,15 @@ pub struct Proxy {
     router: Router,
     store: Arc<dyn Store>,
     policies: Vec<Arc<Policy>>,
+    /// The first requests running upstream, across all routes.
+    executions: TaskTracker,
 }
 
 impl Proxy {
     /// Builds the routes over an already opened store.
     pub fn with_store(settings: &Settings, store: Arc<dyn Store>) -> Self {
         let client = upstream::client();
+        let executions = TaskTracker::new();
         let routes = settings.routes.iter().map(|route| Route {
             name: route.policy.route.clone(),
             path_prefix: route.path_prefix.clone(),
@@ -61,7 +66,16 @@ impl Proxy {
             router: Router::new(routes.collect(), settings.problem_base.clone()),
             store,
             policies,
+            executions,
         }
+    }
+
+    /// Waits, at most `limit`, for first requests still running upstream to record their
+    /// outcomes, including those whose clients have gone. Returns how many were left.
+    pub async fn finish_executions(&self, limit: Duration) -> usize {
+        self.executions.close();
+        let _ = tokio::time::timeout(limit, self.executions.wait()).await;
+        self.executions.len()
     }
 
     /// Opens the configured store and builds the routes over it.
@@ -104,7 +118,21 @@ pub async fn serve(
         tracing::info!(%addr, "admin listening");
     }
     tracing::info!(listen = %settings.listen, store = %settings.store, routes = settings.routes.len(), "proxy listening");
+    // One drain budget for both: open connections, then operations whose clients have gone.
+    let requested = Arc::new(OnceLock::new());
+    let noted = requested.clone();
+    let shutdown = async move {
+        shutdown.await;
+        let _ = noted.set(Instant::now());
+    };
     server::run(listener, proxy.router(), shutdown, settings.drain_timeout).await;
+    let spent = requested.get().map_or(Duration::ZERO, Instant::elapsed);
+    let left = proxy
+        .finish_executions(settings.drain_timeout.saturating_sub(spent))
+        .await;
+    if left > 0 {
+        tracing::warn!(left, "drain timed out with operations still running; their keys free when their leases run out");
+    }
     let _ = stop_admin.send(());
     tracing::info!("stopped");
     Ok(())

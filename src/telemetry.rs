@@ -16,6 +16,8 @@ pub const REQUESTS_TOTAL: &str = "idempotency_requests_total";
 pub const STORE_SECONDS: &str = "idempotency_store_operation_seconds";
 /// Upstream latency, by route.
 pub const UPSTREAM_SECONDS: &str = "idempotency_upstream_seconds";
+/// First requests running upstream right now, by route.
+pub const IN_FLIGHT: &str = "idempotency_in_flight";
 /// Requests that went upstream without deduplication because the store failed (`fail_open`).
 pub const FAIL_OPEN_TOTAL: &str = "idempotency_fail_open_total";
 
@@ -76,6 +78,23 @@ pub fn request_finished(
         key = key_id.unwrap_or("-"),
         "request"
     );
+}
+
+/// Counts a first request as running upstream until dropped.
+pub struct InFlightGuard(metrics::Gauge);
+
+impl InFlightGuard {
+    pub fn new(route: &RouteName) -> Self {
+        let gauge = metrics::gauge!(IN_FLIGHT, "route" => route.as_str().to_owned());
+        gauge.increment(1.0);
+        Self(gauge)
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
 }
 
 /// Records how long one store operation took.

@@ -126,51 +126,66 @@ fn check_prints_the_effective_config_with_flags_over_the_file() {
     );
 }
 
-#[tokio::test]
-async fn the_binary_proxies_and_drains_on_sigterm() {
-    let upstream = TestUpstream::start().await;
+/// The binary, started on a free port in front of `upstream`, once it accepts connections.
+async fn start_binary(upstream: &str, extra: &[&str]) -> (tokio::process::Child, TestClient) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let listen = format!("127.0.0.1:{port}");
-    let mut child = tokio::process::Command::new(BIN)
-        .args([
-            "--upstream",
-            &upstream.url(),
-            "--store",
-            "memory",
-            "--listen",
-            &listen,
-        ])
+    let child = tokio::process::Command::new(BIN)
+        .args(["--upstream", upstream, "--listen", &listen])
+        .args(extra)
         .stderr(Stdio::null())
+        .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let client = TestClient::new(listen.parse().unwrap());
-    let mut ready = false;
     for _ in 0..100 {
         if tokio::net::TcpStream::connect(&listen).await.is_ok() {
-            ready = true;
-            break;
+            return (child, TestClient::new(listen.parse().unwrap()));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(ready, "the proxy listens");
-    let first = client.post("/v1/x", "bin-1", "{}").await;
-    let again = client.post("/v1/x", "bin-1", "{}").await;
-    assert_eq!(first.status, 201);
-    assert!(again.replayed());
+    panic!("the proxy did not listen on {listen}");
+}
 
+fn sigterm(child: &tokio::process::Child) {
     let pid = child.id().unwrap().to_string();
     assert!(Command::new("kill")
         .args(["-TERM", &pid])
         .status()
         .unwrap()
         .success());
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
-        .await
-        .expect("exits after SIGTERM")
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+}
+
+async fn exit_code(mut child: tokio::process::Child) -> Option<i32> {
+    let waited = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    waited.expect("the proxy exits").unwrap().code()
+}
+
+#[tokio::test]
+async fn the_binary_proxies_and_exits_0_on_sigterm() {
+    let upstream = TestUpstream::start().await;
+    let (child, client) = start_binary(&upstream.url(), &["--store", "memory"]).await;
+    let first = client.post("/v1/x", "bin-1", "{}").await;
+    let again = client.post("/v1/x", "bin-1", "{}").await;
+    assert_eq!(first.status, 201);
+    assert!(again.replayed());
+    sigterm(&child);
+    assert_eq!(exit_code(child).await, Some(0));
+}
+
+#[tokio::test]
+async fn sigterm_lets_a_request_in_flight_finish_before_exiting() {
+    let upstream = TestUpstream::start().await;
+    let (child, client) = start_binary(&upstream.url(), &["--store", "memory"]).await;
+    let in_flight =
+        tokio::spawn(async move { client.post("/v1/x?delay_ms=700", "drained", "{}").await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    sigterm(&child);
+    let answer = in_flight.await.unwrap();
+    assert_eq!(answer.status, 201, "the request in flight got its answer");
+    assert_eq!(exit_code(child).await, Some(0));
+    assert_eq!(upstream.executions_of("drained"), 1);
 }

@@ -16,9 +16,10 @@ use tower::{Service, ServiceExt};
 use super::buffer::{buffer, BufferedBody};
 use super::fingerprint::Fingerprint;
 use super::key::ScopedKey;
-use super::policy::{AmbiguousPolicy, Outcome, Policy};
+use super::policy::{AmbiguousPolicy, ConcurrentPolicy, Outcome, Policy};
 use super::record::{FencingToken, StoredBody};
 use super::replay::{buffered, completed_record};
+use super::service::Shared;
 use super::RequestNotSent;
 use crate::error::ProxyError;
 use crate::store::{Fenced, Store};
@@ -27,8 +28,7 @@ use crate::BoxError;
 
 /// A reservation just acquired, and everything needed to see it through.
 pub struct Execution {
-    pub store: Arc<dyn Store>,
-    pub policy: Arc<Policy>,
+    pub shared: Shared,
     pub key: ScopedKey,
     pub token: FencingToken,
     pub fingerprint: Fingerprint,
@@ -42,6 +42,14 @@ enum UpstreamResult {
     /// Broke after the request was sent: it may have run.
     Failed,
     TimedOut,
+}
+
+impl std::ops::Deref for Execution {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
 }
 
 impl Execution {
@@ -59,7 +67,8 @@ impl Execution {
         B::Error: Into<BoxError>,
     {
         let base = self.policy.problem_base.clone();
-        match tokio::spawn(self.execute(inner, request)).await {
+        let tasks = self.shared.tasks.clone();
+        match tasks.spawn(self.execute(inner, request)).await {
             Ok(answer) => answer,
             Err(panic) => {
                 // The record stays in flight and frees when its lease runs out.
@@ -89,11 +98,17 @@ impl Execution {
             self.token,
             self.policy.clone(),
         ));
+        let in_flight = telemetry::InFlightGuard::new(&self.policy.route);
         let started = Instant::now();
         let result = self.call_upstream(inner, request).await;
         telemetry::upstream_call(&self.policy.route, started.elapsed());
         renewer.abort();
-        self.settle(result).await
+        let answer = self.settle(result).await;
+        drop(in_flight);
+        if self.policy.concurrent == ConcurrentPolicy::Wait {
+            self.waiters.finished(&self.key.storage_key());
+        }
+        answer
     }
 
     async fn call_upstream<S, B>(&self, inner: S, request: Request<Body>) -> UpstreamResult

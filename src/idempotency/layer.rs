@@ -2,10 +2,11 @@
 
 use std::sync::Arc;
 
+use tokio_util::task::TaskTracker;
 use tower::Layer;
 
 use super::policy::Policy;
-use super::service::IdempotencyService;
+use super::service::{IdempotencyService, Shared};
 use crate::store::Store;
 
 /// Makes the wrapped service safe to retry: the first request with an idempotency key runs,
@@ -31,20 +32,29 @@ use crate::store::Store;
 /// key; any other error is ambiguous and handled by `on_ambiguous`.
 #[derive(Debug, Clone)]
 pub struct IdempotencyLayer {
-    store: Arc<dyn Store>,
-    policy: Arc<Policy>,
+    shared: Shared,
 }
 
 impl IdempotencyLayer {
     pub fn new(store: Arc<dyn Store>, policy: Policy) -> Self {
-        Self {
+        let shared = Shared {
             store,
             policy: Arc::new(policy),
-        }
+            waiters: Arc::default(),
+            tasks: TaskTracker::new(),
+        };
+        Self { shared }
+    }
+
+    /// Runs first requests in tasks of `tracker`, so the caller can wait for them to finish and
+    /// record their outcomes before shutting down (`tracker.close(); tracker.wait().await`).
+    pub fn with_task_tracker(mut self, tracker: TaskTracker) -> Self {
+        self.shared.tasks = tracker;
+        self
     }
 
     pub fn policy(&self) -> &Policy {
-        &self.policy
+        &self.shared.policy
     }
 }
 
@@ -52,6 +62,6 @@ impl<S> Layer<S> for IdempotencyLayer {
     type Service = IdempotencyService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        IdempotencyService::new(inner, self.store.clone(), self.policy.clone())
+        IdempotencyService::new(inner, self.shared.clone())
     }
 }

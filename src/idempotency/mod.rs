@@ -15,6 +15,7 @@ pub mod policy;
 pub mod record;
 mod replay;
 mod service;
+mod waiters;
 
 use std::fmt;
 

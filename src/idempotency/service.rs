@@ -11,6 +11,7 @@ use bytes::Bytes;
 use http::{request::Parts, Request, Response};
 use http_body::Body as HttpBody;
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 use tower::{Service, ServiceExt};
 
 use super::execute::Execution;
@@ -20,6 +21,7 @@ use super::key::{ClientScope, IdempotencyKey, ScopedKey};
 use super::policy::{ConcurrentPolicy, KeySource, Policy, StoreErrorPolicy};
 use super::record::FencingToken;
 use super::replay::replay;
+use super::waiters::Waiters;
 use crate::error::ProxyError;
 use crate::store::{Reservation, Store, StoreError};
 use crate::telemetry::{self, RequestOutcome};
@@ -40,10 +42,10 @@ pub struct IdempotencyService<S> {
 }
 
 impl<S> IdempotencyService<S> {
-    pub(crate) fn new(inner: S, store: Arc<dyn Store>, policy: Arc<Policy>) -> Self {
+    pub(crate) fn new(inner: S, shared: Shared) -> Self {
         Self {
             inner,
-            handler: Handler { store, policy },
+            handler: Handler(shared),
         }
     }
 }
@@ -91,10 +93,25 @@ enum Admission {
     Keyed(KeyedRequest),
 }
 
+/// What every request of one layer shares: the store, the policy, and the runtime state.
 #[derive(Debug, Clone)]
-struct Handler {
-    store: Arc<dyn Store>,
-    policy: Arc<Policy>,
+pub struct Shared {
+    pub store: Arc<dyn Store>,
+    pub policy: Arc<Policy>,
+    pub waiters: Arc<Waiters>,
+    /// Every first request runs in a task tracked here, so a shutdown can wait for them.
+    pub tasks: TaskTracker,
+}
+
+#[derive(Debug, Clone)]
+struct Handler(Shared);
+
+impl std::ops::Deref for Handler {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
 }
 
 impl Handler {
@@ -206,48 +223,64 @@ impl Handler {
         B: HttpBody<Data = Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
     {
-        let deadline = Instant::now() + self.policy.wait_timeout;
-        let mut pause = WAIT_FIRST_PAUSE;
-        loop {
-            let reservation = match self.reserve(&request).await {
-                Ok(reservation) => reservation,
-                Err(e) => return self.store_failed(inner, request, e).await,
-            };
-            let same_request = |fingerprint: &Fingerprint| *fingerprint == request.fingerprint;
-            match reservation {
-                Reservation::Acquired(token) => {
-                    return Ok(self.execute(inner, request, token).await)
-                }
-                Reservation::Completed(r) if same_request(&r.fingerprint) => {
-                    return Ok((
-                        replay(r, &self.policy.problem_base),
-                        RequestOutcome::Replayed,
-                    ))
-                }
-                Reservation::InFlight(r)
-                    if same_request(&r.fingerprint) && self.may_wait(deadline) =>
-                {
-                    tokio::time::sleep(pause.min(deadline - Instant::now())).await;
-                    pause = (pause * 2).min(WAIT_MAX_PAUSE);
-                }
-                Reservation::InFlight(r) if same_request(&r.fingerprint) => {
-                    let in_flight = ProxyError::RequestInFlight {
-                        retry_after: RETRY_AFTER,
-                    };
-                    return Ok((self.problem(&in_flight), RequestOutcome::Conflict));
-                }
-                Reservation::InFlight(_) | Reservation::Completed(_) => {
-                    return Ok((
-                        self.problem(&ProxyError::KeyReused),
-                        RequestOutcome::Mismatch,
-                    ))
-                }
+        let same_request = |fingerprint: &Fingerprint| *fingerprint == request.fingerprint;
+        let reservation = match self.reserve(&request).await {
+            Ok(Reservation::InFlight(r)) if same_request(&r.fingerprint) && self.waits() => {
+                self.wait_for_first(&request).await
             }
-        }
+            other => other,
+        };
+        let reservation = match reservation {
+            Ok(reservation) => reservation,
+            Err(e) => return self.store_failed(inner, request, e).await,
+        };
+        let answer = match reservation {
+            Reservation::Acquired(token) => self.execute(inner, request, token).await,
+            Reservation::Completed(r) if same_request(&r.fingerprint) => (
+                replay(r, &self.policy.problem_base),
+                RequestOutcome::Replayed,
+            ),
+            Reservation::InFlight(r) if same_request(&r.fingerprint) => {
+                let in_flight = ProxyError::RequestInFlight {
+                    retry_after: RETRY_AFTER,
+                };
+                (self.problem(&in_flight), RequestOutcome::Conflict)
+            }
+            Reservation::InFlight(_) | Reservation::Completed(_) => (
+                self.problem(&ProxyError::KeyReused),
+                RequestOutcome::Mismatch,
+            ),
+        };
+        Ok(answer)
     }
 
-    fn may_wait(&self, deadline: Instant) -> bool {
-        self.policy.concurrent == ConcurrentPolicy::Wait && Instant::now() < deadline
+    fn waits(&self) -> bool {
+        self.policy.concurrent == ConcurrentPolicy::Wait
+    }
+
+    /// Asks the store again until the first request with the key has finished or `wait_timeout`
+    /// runs out. A finish in this process wakes the wait at once; one on another replica is
+    /// seen at the next poll, the pause between polls doubling from 10ms up to 250ms.
+    async fn wait_for_first(&self, request: &KeyedRequest) -> Result<Reservation, StoreError> {
+        let storage_key = request.key.storage_key();
+        let notify = self.waiters.subscribe(&storage_key);
+        let deadline = Instant::now() + self.policy.wait_timeout;
+        let mut pause = WAIT_FIRST_PAUSE;
+        let result = loop {
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match self.reserve(request).await {
+                Ok(Reservation::InFlight(r))
+                    if r.fingerprint == request.fingerprint && Instant::now() < deadline => {}
+                other => break other,
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let _ = tokio::time::timeout(pause.min(left), notified).await;
+            pause = (pause * 2).min(WAIT_MAX_PAUSE);
+        };
+        self.waiters.unsubscribe(&storage_key, notify);
+        result
     }
 
     async fn reserve(&self, request: &KeyedRequest) -> Result<Reservation, StoreError> {
@@ -274,8 +307,7 @@ impl Handler {
         B::Error: Into<BoxError>,
     {
         let execution = Execution {
-            store: self.store.clone(),
-            policy: self.policy.clone(),
+            shared: self.0.clone(),
             key: request.key,
             token,
             fingerprint: request.fingerprint,

@@ -1,7 +1,7 @@
 //! A real upstream service on a loopback socket that records what reaches it.
 //!
 //! Behaviour is chosen per request by query parameters, so one upstream serves every case:
-//! `status=N`, `delay_ms=N`, `body_len=N` (a body of N bytes), `cookie=1` (adds `Set-Cookie`).
+//! `status=N`, `delay_ms=N` (or header `x-delay-ms`), `body_len=N` (a body of N bytes), `cookie=1` (adds `Set-Cookie`).
 //! Every answer carries the upstream's execution counter in `x-execution` and in its body, so a
 //! test can tell a replay (same counter) from a second execution (a new one).
 
@@ -82,11 +82,15 @@ async fn handle(
     shared.seen.lock().unwrap().push(Seen {
         method: method.clone(),
         uri: uri.clone(),
-        headers,
+        headers: headers.clone(),
         body: body.clone(),
     });
     let param = |name: &str| query.get(name).and_then(|v| v.parse::<u64>().ok());
-    if let Some(ms) = param("delay_ms") {
+    // A delay in a header is not part of the fingerprint: one request, fast or slow.
+    let header_delay = headers
+        .get("x-delay-ms")
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if let Some(ms) = param("delay_ms").or(header_delay) {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
     let status = StatusCode::from_u16(param("status").unwrap_or(201) as u16).unwrap();
