@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Json;
@@ -18,6 +19,7 @@ use serde_json::json;
 use crate::idempotency::key::{ClientScope, IdempotencyKey, ScopedKey};
 use crate::idempotency::record::{Record, StoredBody};
 use crate::idempotency::Policy;
+use crate::secret::Secret;
 use crate::store::Store;
 use crate::telemetry;
 
@@ -33,26 +35,38 @@ struct AdminState {
     metrics: PrometheusHandle,
 }
 
-/// The admin routes, over the proxy's store and route policies.
-pub fn router(store: Arc<dyn Store>, policies: Vec<Arc<Policy>>) -> axum::Router {
-    let policies = policies
-        .into_iter()
-        .map(|p| (p.route.as_str().to_owned(), p))
-        .collect();
+/// The admin routes, over the proxy's store and route policies. With a `token`, `/metrics`
+/// and `/keys` require `Authorization: Bearer <token>`; `/healthz` and `/readyz` stay open for
+/// orchestrators' probes, as they reveal nothing.
+pub fn router(store: Arc<dyn Store>, policies: Vec<Arc<Policy>>, token: Option<Secret>) -> axum::Router {
+    let policies = policies.into_iter().map(|p| (p.route.as_str().to_owned(), p)).collect();
     let state = AdminState {
         store,
         policies: Arc::new(policies),
         metrics: metrics_handle(),
     };
+    let guarded = axum::Router::new()
+        .route("/metrics", get(|State(s): State<AdminState>| async move { s.metrics.render() }))
+        .route("/keys/{route}/{key}", get(inspect).delete(remove))
+        .route_layer(middleware::from_fn_with_state(token.map(Arc::new), require_token));
     axum::Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route(
-            "/metrics",
-            get(|State(s): State<AdminState>| async move { s.metrics.render() }),
-        )
-        .route("/keys/{route}/{key}", get(inspect).delete(remove))
+        .merge(guarded)
         .with_state(state)
+}
+
+async fn require_token(State(token): State<Option<Arc<Secret>>>, request: Request, next: Next) -> Response {
+    let Some(token) = token else {
+        return next.run(request).await;
+    };
+    let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+    if given.is_some_and(|given| token.matches(given)) {
+        return next.run(request).await;
+    }
+    let mut refused = (StatusCode::UNAUTHORIZED, Json(json!({ "error": "admin token required" }))).into_response();
+    refused.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    refused
 }
 
 /// The process-wide Prometheus recorder, installed on first use.

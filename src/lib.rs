@@ -14,6 +14,7 @@ mod headers;
 pub mod idempotency;
 pub mod proxy;
 pub mod router;
+pub mod secret;
 pub mod server;
 pub mod store;
 pub mod telemetry;

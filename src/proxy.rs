@@ -19,6 +19,7 @@ use tower::Layer;
 use crate::config::Settings;
 use crate::idempotency::{IdempotencyLayer, Policy};
 use crate::router::{Route, Router};
+use crate::secret::Secret;
 use crate::store::{self, Store, StoreError};
 use crate::{admin, server, upstream};
 
@@ -42,6 +43,7 @@ pub struct Proxy {
     policies: Vec<Arc<Policy>>,
     /// The first requests running upstream, across all routes.
     executions: TaskTracker,
+    admin_token: Option<Secret>,
 }
 
 impl Proxy {
@@ -67,6 +69,7 @@ impl Proxy {
             store,
             policies,
             executions,
+            admin_token: settings.admin_token.clone(),
         }
     }
 
@@ -89,7 +92,7 @@ impl Proxy {
     }
 
     pub fn admin(&self) -> axum::Router {
-        admin::router(self.store.clone(), self.policies.clone())
+        admin::router(self.store.clone(), self.policies.clone(), self.admin_token.clone())
     }
 }
 

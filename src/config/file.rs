@@ -29,6 +29,8 @@ pub struct RawFile {
     pub log_format: Option<LogFormat>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drain_timeout: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_token: Option<Spanned<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub defaults: Option<PolicyTable>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

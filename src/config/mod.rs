@@ -51,6 +51,8 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// How long a shutdown waits for requests in flight.
     pub drain_timeout: Duration,
+    /// The bearer token the admin endpoints `/metrics` and `/keys` require, if any.
+    pub admin_token: Option<crate::secret::Secret>,
     pub problem_base: Arc<ProblemBase>,
     /// Configured routes in file order, then the route `default` if there is a top-level upstream.
     pub routes: Vec<RouteSettings>,

@@ -20,6 +20,7 @@ use crate::cli::Cli;
 use crate::error::ProblemBase;
 use crate::idempotency::key::RouteName;
 use crate::idempotency::policy::Policy;
+use crate::secret::Secret;
 use crate::store::StoreSpec;
 
 /// A top-level value and where it was given, so an error points at the flag or the line.
@@ -84,6 +85,11 @@ pub fn resolve(src: &Source, raw: RawFile, cli: &Cli) -> Result<Settings, Config
         store: store(src, cli, raw.store.as_ref())?,
         log_format: cli.log_format.or(raw.log_format).unwrap_or_default(),
         drain_timeout: drain_timeout(src, raw.drain_timeout.as_ref())?,
+        admin_token: raw
+            .admin_token
+            .as_ref()
+            .map(|token| check(src, token, "admin_token", Secret::resolve))
+            .transpose()?,
         problem_base,
         routes,
     })

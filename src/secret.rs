@@ -1,0 +1,77 @@
+//! Secrets named in the config by reference (`env:NAME` or `file:PATH`), never written inline,
+//! so a committed config file never holds one and `--check` prints only the reference.
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+/// A secret value and the reference it was read from.
+#[derive(Clone)]
+pub struct Secret {
+    reference: String,
+    value: Vec<u8>,
+}
+
+impl Secret {
+    /// Reads `env:NAME` (an environment variable) or `file:PATH` (a file, trailing newline
+    /// dropped). Anything else is refused, as is an empty secret.
+    pub fn resolve(reference: &str) -> Result<Self, String> {
+        let value = if let Some(name) = reference.strip_prefix("env:") {
+            std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))?
+        } else if let Some(path) = reference.strip_prefix("file:") {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+            text.trim_end_matches(['\r', '\n']).to_owned()
+        } else {
+            return Err("a secret is given as \"env:NAME\" or \"file:PATH\", never inline".to_owned());
+        };
+        if value.is_empty() {
+            return Err(format!("the secret in {reference} is empty"));
+        }
+        Ok(Self { reference: reference.to_owned(), value: value.into_bytes() })
+    }
+
+    /// Where the secret came from, safe to print.
+    pub fn reference(&self) -> &str {
+        &self.reference
+    }
+
+    pub fn expose(&self) -> &[u8] {
+        &self.value
+    }
+
+    /// Compares in time independent of where the inputs differ, and of their lengths: both
+    /// sides are hashed first, then every byte of the digests is compared.
+    pub fn matches(&self, candidate: &[u8]) -> bool {
+        let expected = Sha256::digest(&self.value);
+        let given = Sha256::digest(candidate);
+        expected.iter().zip(given.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Secret({})", self.reference)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_files_and_refuses_inline_or_empty() {
+        let path = std::env::temp_dir().join(format!("idempotency-proxy-secret-{}", std::process::id()));
+        std::fs::write(&path, "s3cret\n").unwrap();
+        let secret = Secret::resolve(&format!("file:{}", path.display())).unwrap();
+        assert_eq!(secret.expose(), b"s3cret");
+        assert!(secret.matches(b"s3cret"));
+        assert!(!secret.matches(b"s3cre"));
+        assert!(!secret.matches(b""));
+        assert!(!format!("{secret:?}").contains("s3cret"));
+        std::fs::write(&path, "\n").unwrap();
+        assert!(Secret::resolve(&format!("file:{}", path.display())).is_err());
+        assert!(Secret::resolve("s3cret").is_err());
+        assert!(Secret::resolve("env:IDEMPOTENCY_PROXY_SURELY_UNSET").is_err());
+        std::fs::remove_file(path).unwrap();
+    }
+}
