@@ -401,3 +401,56 @@ async fn hung_redis_gets_503_within_the_operation_timeout() {
     })
     .await;
 }
+
+/// A Redis that stalls (SIGSTOP) and then carries on: clients are refused while it stalls, and
+/// a refusal leaves nothing behind. The stalled Redis still receives the reservations of the
+/// refused requests and runs them once it resumes; those must not hold the keys afterwards, or
+/// a client retrying after its `503` would be told `409 request-in-flight` until the lease ran
+/// out, for a request that never ran.
+#[tokio::test]
+async fn stalled_redis_refuses_then_serves_the_refused_keys_when_it_resumes() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = TestUpstream::start().await;
+    let op_timeout = Duration::from_millis(500);
+    let proxy = proxy_over(&redis.url(), &upstream, "", Some(op_timeout)).await;
+
+    bounded(Duration::from_secs(15), async {
+        let before = proxy.client.post("/v1/charges", "before-stall", BODY).await;
+        assert_eq!(before.status, 201, "{before:?}");
+
+        redis.pause();
+        let keys: [&'static str; 4] = ["stalled-1", "stalled-2", "stalled-3", "before-stall"];
+        let sends: Vec<_> = keys
+            .into_iter()
+            .map(|key| {
+                let client = proxy.client.clone();
+                tokio::spawn(async move { client.post("/v1/charges", key, BODY).await })
+            })
+            .collect();
+        for send in sends {
+            assert_store_unavailable(&send.await.unwrap());
+        }
+        assert_eq!(readyz(&proxy).await, 503);
+        assert_eq!(
+            upstream.seen().len(),
+            1,
+            "only the request before the stall ran"
+        );
+
+        redis.resume();
+        wait_until_ready(&proxy, Duration::from_secs(5)).await;
+        for key in &keys[..3] {
+            let retry = proxy.client.post("/v1/charges", key, BODY).await;
+            assert_eq!(retry.status, 201, "{key}: {retry:?}");
+            assert!(!retry.replayed(), "{key}: {retry:?}");
+            assert_eq!(upstream.executions_of(key), 1, "{key}");
+        }
+        let replay = proxy.client.post("/v1/charges", "before-stall", BODY).await;
+        assert!(replay.replayed(), "{replay:?}");
+        assert_eq!(replay.body, before.body);
+        assert_eq!(upstream.executions_of("before-stall"), 1);
+    })
+    .await;
+}

@@ -76,6 +76,26 @@ impl RedisServer {
         }
     }
 
+    /// Stops the process with SIGSTOP: connections stay open and commands are accepted by the
+    /// kernel, but nothing is answered, as with a Redis stalled by swapping or a paused VM.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused process run again (SIGCONT); it then works through what was sent to it.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("redis-server is running").id();
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run kill {signal}: {e}"));
+        assert!(status.success(), "kill {signal} {pid} failed: {status}");
+    }
+
     /// Starts a fresh server on the same port (killing the old one if it still runs). It holds
     /// no data: nothing was persisted.
     pub async fn restart(&mut self) {
