@@ -75,13 +75,11 @@ static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"if redis.call('GETRANGE', KEYS[1], 0, 9) ~= ARGV[1] then return 0 end
+const RELEASE_SOURCE: &str = r"if redis.call('GETRANGE', KEYS[1], 0, 9) ~= ARGV[1] then return 0 end
         redis.call('DEL', KEYS[1])
-        return 1",
-    )
-});
+        return 1";
+
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
 
 static GET: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -146,6 +144,37 @@ impl RedisStore {
             Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
             Err(_) => Err(StoreError::Timeout(self.op_timeout)),
         }
+    }
+
+    /// Undoes a reservation whose answer never came back: the caller is told the store failed,
+    /// so nothing may stay reserved in its name.
+    ///
+    /// A timed-out `reserve` may still run: a stalled Redis works through the commands it was
+    /// sent once it carries on. Its in-flight record would then hold the key for a whole lease,
+    /// and the client's retry would be refused as in flight although nothing runs. The release
+    /// goes out on the same connection right behind the reservation, so Redis runs it after
+    /// the reservation whenever that runs; fenced by the token, it deletes only our own
+    /// record. It is sent as `EVAL` with the script's source, not `EVALSHA`: nobody may be
+    /// waiting for its answer by the time Redis runs it, so a `NOSCRIPT` would never be
+    /// followed by the load and the retry. It is best effort: if it cannot be sent either
+    /// (Redis unreachable for longer), the record frees when its lease runs out, as before.
+    fn abandon(&self, key: &ScopedKey, token: FencingToken) {
+        let store = self.clone();
+        let mut release = redis::cmd("EVAL");
+        release
+            .arg(RELEASE_SOURCE)
+            .arg(1)
+            .arg(self.key(key))
+            .arg(&token.in_flight_prefix()[..]);
+        let log_id = key.log_id();
+        tokio::spawn(async move {
+            let sent = store
+                .run(|mut conn| async move { release.query_async::<i64>(&mut conn).await })
+                .await;
+            if let Err(e) = sent {
+                tracing::debug!(key = %log_id, error = %e, "undoing an unanswered reservation failed; it frees when its lease runs out");
+            }
+        });
     }
 
     /// Runs one of the fencing scripts: it answers 1 when the holder's prefix was still there.
@@ -233,9 +262,16 @@ impl Store for RedisStore {
         });
         let mut invocation = RESERVE.key(self.key(key));
         invocation.arg(record.encode().as_ref()).arg(millis(lease));
-        let existing: Option<Vec<u8>> = self
+        let existing: Option<Vec<u8>> = match self
             .run(|mut conn| async move { invocation.invoke_async(&mut conn).await })
-            .await?;
+            .await
+        {
+            Ok(existing) => existing,
+            Err(e) => {
+                self.abandon(key, token);
+                return Err(e);
+            }
+        };
         match existing {
             None => Ok(Reservation::Acquired(token)),
             Some(raw) => Ok(decode(raw)?.into()),

@@ -104,12 +104,17 @@ impl Relay {
         if !url.contains(&target) {
             return None;
         }
+        Some(Relay::in_front_of(&url, &target).await)
+    }
+
+    /// A relay to the Redis at `target` (`host:port`), which `url` names.
+    pub async fn in_front_of(url: &str, target: &str) -> Relay {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let relay_addr = listener.local_addr().unwrap().to_string();
         let frozen = Arc::new(AtomicBool::new(false));
-        tokio::spawn(accept(listener, target.clone(), frozen.clone()));
-        let url = url.replacen(&target, &relay_addr, 1);
-        Some(Relay { url, frozen })
+        tokio::spawn(accept(listener, target.to_owned(), frozen.clone()));
+        let url = url.replacen(target, &relay_addr, 1);
+        Relay { url, frozen }
     }
 
     /// From now on requests still reach Redis, but no answer comes back.
