@@ -38,17 +38,30 @@ struct AdminState {
 /// The admin routes, over the proxy's store and route policies. With a `token`, `/metrics`
 /// and `/keys` require `Authorization: Bearer <token>`; `/healthz` and `/readyz` stay open for
 /// orchestrators' probes, as they reveal nothing.
-pub fn router(store: Arc<dyn Store>, policies: Vec<Arc<Policy>>, token: Option<Secret>) -> axum::Router {
-    let policies = policies.into_iter().map(|p| (p.route.as_str().to_owned(), p)).collect();
+pub fn router(
+    store: Arc<dyn Store>,
+    policies: Vec<Arc<Policy>>,
+    token: Option<Secret>,
+) -> axum::Router {
+    let policies = policies
+        .into_iter()
+        .map(|p| (p.route.as_str().to_owned(), p))
+        .collect();
     let state = AdminState {
         store,
         policies: Arc::new(policies),
         metrics: metrics_handle(),
     };
     let guarded = axum::Router::new()
-        .route("/metrics", get(|State(s): State<AdminState>| async move { s.metrics.render() }))
+        .route(
+            "/metrics",
+            get(|State(s): State<AdminState>| async move { s.metrics.render() }),
+        )
         .route("/keys/{route}/{key}", get(inspect).delete(remove))
-        .route_layer(middleware::from_fn_with_state(token.map(Arc::new), require_token));
+        .route_layer(middleware::from_fn_with_state(
+            token.map(Arc::new),
+            require_token,
+        ));
     axum::Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -56,16 +69,29 @@ pub fn router(store: Arc<dyn Store>, policies: Vec<Arc<Policy>>, token: Option<S
         .with_state(state)
 }
 
-async fn require_token(State(token): State<Option<Arc<Secret>>>, request: Request, next: Next) -> Response {
+async fn require_token(
+    State(token): State<Option<Arc<Secret>>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let Some(token) = token else {
         return next.run(request).await;
     };
-    let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
     if given.is_some_and(|given| token.matches(given)) {
         return next.run(request).await;
     }
-    let mut refused = (StatusCode::UNAUTHORIZED, Json(json!({ "error": "admin token required" }))).into_response();
-    refused.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    let mut refused = (
+        StatusCode::UNAUTHORIZED,
+        Json(json!({ "error": "admin token required" })),
+    )
+        .into_response();
+    refused
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     refused
 }
 

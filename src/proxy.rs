@@ -92,7 +92,11 @@ impl Proxy {
     }
 
     pub fn admin(&self) -> axum::Router {
-        admin::router(self.store.clone(), self.policies.clone(), self.admin_token.clone())
+        admin::router(
+            self.store.clone(),
+            self.policies.clone(),
+            self.admin_token.clone(),
+        )
     }
 }
 

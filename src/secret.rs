@@ -19,15 +19,21 @@ impl Secret {
         let value = if let Some(name) = reference.strip_prefix("env:") {
             std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))?
         } else if let Some(path) = reference.strip_prefix("file:") {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
             text.trim_end_matches(['\r', '\n']).to_owned()
         } else {
-            return Err("a secret is given as \"env:NAME\" or \"file:PATH\", never inline".to_owned());
+            return Err(
+                "a secret is given as \"env:NAME\" or \"file:PATH\", never inline".to_owned(),
+            );
         };
         if value.is_empty() {
             return Err(format!("the secret in {reference} is empty"));
         }
-        Ok(Self { reference: reference.to_owned(), value: value.into_bytes() })
+        Ok(Self {
+            reference: reference.to_owned(),
+            value: value.into_bytes(),
+        })
     }
 
     /// Where the secret came from, safe to print.
@@ -44,7 +50,11 @@ impl Secret {
     pub fn matches(&self, candidate: &[u8]) -> bool {
         let expected = Sha256::digest(&self.value);
         let given = Sha256::digest(candidate);
-        expected.iter().zip(given.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+        expected
+            .iter()
+            .zip(given.iter())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
     }
 }
 
@@ -60,7 +70,8 @@ mod tests {
 
     #[test]
     fn reads_files_and_refuses_inline_or_empty() {
-        let path = std::env::temp_dir().join(format!("idempotency-proxy-secret-{}", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("idempotency-proxy-secret-{}", std::process::id()));
         std::fs::write(&path, "s3cret\n").unwrap();
         let secret = Secret::resolve(&format!("file:{}", path.display())).unwrap();
         assert_eq!(secret.expose(), b"s3cret");

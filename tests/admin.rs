@@ -114,25 +114,54 @@ async fn a_record_can_be_inspected_without_its_body_and_dropped() {
 #[tokio::test]
 async fn an_admin_token_guards_metrics_and_keys_but_not_probes() {
     let upstream = TestUpstream::start().await;
-    let token_file = std::env::temp_dir().join(format!("idempotency-proxy-admin-token-{}", std::process::id()));
+    let token_file = std::env::temp_dir().join(format!(
+        "idempotency-proxy-admin-token-{}",
+        std::process::id()
+    ));
     std::fs::write(&token_file, "t0ken\n").unwrap();
-    let toml = format!("upstream = \"{}\"\nadmin_token = \"file:{}\"\n", upstream.url(), token_file.display());
-    let proxy = TestProxy::start(&toml, std::sync::Arc::new(idempotency_proxy::store::MemoryStore::new())).await;
+    let toml = format!(
+        "upstream = \"{}\"\nadmin_token = \"file:{}\"\n",
+        upstream.url(),
+        token_file.display()
+    );
+    let proxy = TestProxy::start(
+        &toml,
+        std::sync::Arc::new(idempotency_proxy::store::MemoryStore::new()),
+    )
+    .await;
     proxy.client.post("/v1/x", "guarded", "{}").await;
 
-    assert_eq!(proxy.admin.send("GET", "/healthz", &[], "").await.status, 200);
-    assert_eq!(proxy.admin.send("GET", "/readyz", &[], "").await.status, 200);
+    assert_eq!(
+        proxy.admin.send("GET", "/healthz", &[], "").await.status,
+        200
+    );
+    assert_eq!(
+        proxy.admin.send("GET", "/readyz", &[], "").await.status,
+        200
+    );
     for path in ["/metrics", "/keys/default/guarded"] {
         let anonymous = proxy.admin.send("GET", path, &[], "").await;
         assert_eq!(anonymous.status, 401, "{path}");
         assert_eq!(anonymous.header("www-authenticate"), Some("Bearer"));
-        let wrong = proxy.admin.send("GET", path, &[("authorization", "Bearer t0ke")], "").await;
+        let wrong = proxy
+            .admin
+            .send("GET", path, &[("authorization", "Bearer t0ke")], "")
+            .await;
         assert_eq!(wrong.status, 401, "{path}");
-        let right = proxy.admin.send("GET", path, &[("authorization", "Bearer t0ken")], "").await;
+        let right = proxy
+            .admin
+            .send("GET", path, &[("authorization", "Bearer t0ken")], "")
+            .await;
         assert_eq!(right.status, 200, "{path}");
     }
-    let refused_delete = proxy.admin.send("DELETE", "/keys/default/guarded", &[], "").await;
+    let refused_delete = proxy
+        .admin
+        .send("DELETE", "/keys/default/guarded", &[], "")
+        .await;
     assert_eq!(refused_delete.status, 401);
-    assert!(proxy.client.post("/v1/x", "guarded", "{}").await.replayed(), "a refused DELETE removed nothing");
+    assert!(
+        proxy.client.post("/v1/x", "guarded", "{}").await.replayed(),
+        "a refused DELETE removed nothing"
+    );
     std::fs::remove_file(token_file).unwrap();
 }

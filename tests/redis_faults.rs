@@ -454,3 +454,35 @@ async fn stalled_redis_refuses_then_serves_the_refused_keys_when_it_resumes() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_corrupt_record_is_refused_even_under_fail_open() {
+    let Some(mut conn) = common::redis::connection().await else {
+        return;
+    };
+    let upstream = TestUpstream::start().await;
+    let prefix = unique_prefix("corrupt");
+    let store = RedisStore::connect(&common::redis::url(), &prefix)
+        .await
+        .unwrap();
+    let toml = format!(
+        "upstream = \"{}\"\n[defaults]\non_store_error = \"fail_open\"\n",
+        upstream.url()
+    );
+    let proxy = TestProxy::start(&toml, Arc::new(store)).await;
+    let _: () = redis::cmd("SET")
+        .arg(format!("{prefix}default:-:mangled"))
+        .arg("not a record")
+        .arg("EX")
+        .arg(60)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let answer = proxy.client.post("/v1/x", "mangled", BODY).await;
+    assert_store_unavailable(&answer);
+    assert_eq!(
+        upstream.executions_of("mangled"),
+        0,
+        "a record is there, so the operation may have run"
+    );
+}

@@ -19,7 +19,10 @@ pub fn to_toml(settings: &Settings) -> String {
         problem_base: unspanned(settings.problem_base.as_str().to_owned()),
         log_format: Some(settings.log_format),
         drain_timeout: unspanned(humane(settings.drain_timeout)),
-        admin_token: settings.admin_token.as_ref().and_then(|t| unspanned(t.reference().to_owned())),
+        admin_token: settings
+            .admin_token
+            .as_ref()
+            .and_then(|t| unspanned(t.reference().to_owned())),
         defaults: None,
         routes: settings.routes.iter().map(route).collect(),
     };

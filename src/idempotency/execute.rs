@@ -17,7 +17,7 @@ use super::buffer::{buffer, BufferedBody};
 use super::fingerprint::Fingerprint;
 use super::key::ScopedKey;
 use super::policy::{AmbiguousPolicy, ConcurrentPolicy, Outcome, Policy};
-use super::record::{FencingToken, StoredBody};
+use super::record::{FencingToken, Record, StoredBody};
 use super::replay::{buffered, completed_record};
 use super::service::Shared;
 use super::RequestNotSent;
@@ -198,6 +198,8 @@ impl Execution {
                 .await
             {
                 Ok(Fenced::Applied) => return,
+                // A try that timed out may still have been applied: then the record is ours.
+                Ok(Fenced::LeaseLost) if attempt > 0 && self.stored_by_us().await => return,
                 Ok(Fenced::LeaseLost) => {
                     tracing::warn!(key = %self.key.log_id(), "outcome not stored: the lease ran out and the key was taken over");
                     return;
@@ -209,6 +211,11 @@ impl Execution {
             }
         }
         tracing::error!(key = %self.key.log_id(), "outcome not stored; the key frees when its lease runs out");
+    }
+
+    async fn stored_by_us(&self) -> bool {
+        let current = self.store.get(&self.key).await;
+        matches!(current, Ok(Some((Record::Completed(r), _))) if r.token == self.token)
     }
 
     async fn release(&self) {

@@ -333,7 +333,10 @@ impl Handler {
         B::Error: Into<BoxError>,
     {
         tracing::warn!(route = %self.policy.route, key = %request.key.log_id(), error = %error, "store unavailable");
-        if self.policy.on_store_error == StoreErrorPolicy::FailClosed {
+        // A record that cannot be decoded is there: forwarding past it could run the operation
+        // a second time, so it is refused even under fail_open.
+        let corrupt = matches!(error, StoreError::Corrupt(_));
+        if corrupt || self.policy.on_store_error == StoreErrorPolicy::FailClosed {
             return Ok((
                 self.problem(&ProxyError::StoreUnavailable),
                 RequestOutcome::Rejected,
