@@ -128,6 +128,14 @@ fn check_prints_the_effective_config_with_flags_over_the_file() {
 
 /// The binary, started on a free port in front of `upstream`, once it accepts connections.
 async fn start_binary(upstream: &str, extra: &[&str]) -> (tokio::process::Child, TestClient) {
+    start_binary_logging(upstream, extra, Stdio::null()).await
+}
+
+async fn start_binary_logging(
+    upstream: &str,
+    extra: &[&str],
+    stderr: Stdio,
+) -> (tokio::process::Child, TestClient) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -137,7 +145,7 @@ async fn start_binary(upstream: &str, extra: &[&str]) -> (tokio::process::Child,
     let child = tokio::process::Command::new(BIN)
         .args(["--upstream", upstream, "--listen", &listen])
         .args(extra)
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .kill_on_drop(true)
         .spawn()
         .unwrap();
@@ -188,4 +196,54 @@ async fn sigterm_lets_a_request_in_flight_finish_before_exiting() {
     assert_eq!(answer.status, 201, "the request in flight got its answer");
     assert_eq!(exit_code(child).await, Some(0));
     assert_eq!(upstream.executions_of("drained"), 1);
+}
+
+#[tokio::test]
+async fn log_lines_name_route_and_outcome_but_never_a_key_a_secret_or_a_body() {
+    let upstream = TestUpstream::start().await;
+    let args = ["--store", "memory", "--log-format", "json"];
+    let (child, client) = start_binary_logging(&upstream.url(), &args, Stdio::piped()).await;
+    let key = "customer-4242-key-do-not-log";
+    let headers = [
+        ("idempotency-key", key),
+        ("authorization", "Bearer sk_live_do_not_log"),
+    ];
+    client
+        .send("POST", "/v1/charges", &headers, "card=4242424242424242")
+        .await;
+    client
+        .send("POST", "/v1/charges", &headers, "card=4242424242424242")
+        .await;
+    sigterm(&child);
+    let output = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let log = String::from_utf8(output.stderr).unwrap();
+
+    for secret in [key, "sk_live_do_not_log", "4242424242424242"] {
+        assert!(!log.contains(secret), "the log holds {secret:?}:\n{log}");
+    }
+    let requests: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|line| line["message"] == "request")
+        .collect();
+    assert_eq!(requests.len(), 2, "one line per request:\n{log}");
+    assert_eq!(requests[0]["outcome"], "forwarded");
+    assert_eq!(requests[1]["outcome"], "replayed");
+    for line in &requests {
+        assert_eq!(line["route"], "default");
+        assert_eq!(line["status"], 201);
+        assert!(line["latency_ms"].is_number());
+        assert_eq!(
+            line["key"].as_str().map(str::len),
+            Some(12),
+            "a short hash stands for the key"
+        );
+    }
+    assert_eq!(
+        requests[0]["key"], requests[1]["key"],
+        "the hash correlates the retry with the first"
+    );
 }

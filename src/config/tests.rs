@@ -271,9 +271,34 @@ fn the_example_file_loads() {
         .iter()
         .map(|r| r.policy.route.as_str())
         .collect();
-    assert_eq!(names, ["payments", "github", "stripe-events", "default"]);
     assert_eq!(
-        route(&settings, "github").policy.key_source,
-        KeySource::Header(HeaderName::from_static("x-github-delivery"))
+        names,
+        [
+            "payments",
+            "github",
+            "stripe-events",
+            "shopify",
+            "standard-webhooks",
+            "slack-events",
+            "default"
+        ]
+    );
+    let header = |name: &'static str| KeySource::Header(HeaderName::from_static(name));
+    let recipes = [
+        ("github", header("x-github-delivery")),
+        ("stripe-events", KeySource::BodyPointer("/id".into())),
+        ("shopify", header("x-shopify-event-id")),
+        ("standard-webhooks", header("webhook-id")),
+        ("slack-events", KeySource::BodyPointer("/event_id".into())),
+        ("payments", header("idempotency-key")),
+    ];
+    for (name, source) in recipes {
+        assert_eq!(route(&settings, name).policy.key_source, source, "{name}");
+    }
+    let payments = &route(&settings, "payments").policy;
+    assert!(payments.require_key);
+    assert_eq!(
+        payments.scope_header,
+        Some(HeaderName::from_static("authorization"))
     );
 }
