@@ -18,7 +18,7 @@ use serde_json::json;
 
 use crate::idempotency::key::{ClientScope, IdempotencyKey, ScopedKey};
 use crate::idempotency::record::{Record, StoredBody};
-use crate::idempotency::Policy;
+use crate::idempotency::{Policy, ReplayCache};
 use crate::secret::Secret;
 use crate::store::Store;
 use crate::telemetry;
@@ -28,28 +28,34 @@ use crate::telemetry;
 /// query parameter, because URLs end up in access logs.
 pub const SCOPE_HEADER: &str = "x-idempotency-scope";
 
+/// What the admin endpoints reach into: the store, each route's policy (for its scope header),
+/// and the replay cache to drop a removed record from.
+pub struct Records {
+    pub store: Arc<dyn Store>,
+    pub policies: Vec<Arc<Policy>>,
+    pub replay_cache: Option<Arc<ReplayCache>>,
+}
+
 #[derive(Clone)]
 struct AdminState {
     store: Arc<dyn Store>,
     policies: Arc<HashMap<String, Arc<Policy>>>,
+    replay_cache: Option<Arc<ReplayCache>>,
     metrics: PrometheusHandle,
 }
 
 /// The admin routes, over the proxy's store and route policies. With a `token`, `/metrics`
 /// and `/keys` require `Authorization: Bearer <token>`; `/healthz` and `/readyz` stay open for
 /// orchestrators' probes, as they reveal nothing.
-pub fn router(
-    store: Arc<dyn Store>,
-    policies: Vec<Arc<Policy>>,
-    token: Option<Secret>,
-) -> axum::Router {
-    let policies = policies
+pub fn router(records: Records, token: Option<Secret>) -> axum::Router {
+    let policies = records
+        .policies
         .into_iter()
-        .map(|p| (p.route.as_str().to_owned(), p))
-        .collect();
+        .map(|p| (p.route.as_str().to_owned(), p));
     let state = AdminState {
-        store,
-        policies: Arc::new(policies),
+        store: records.store,
+        policies: Arc::new(policies.collect()),
+        replay_cache: records.replay_cache,
         metrics: metrics_handle(),
     };
     let guarded = axum::Router::new()
@@ -194,6 +200,9 @@ async fn remove(
     headers: HeaderMap,
 ) -> Result<StatusCode, AdminError> {
     let key = scoped_key(&state, &route, key, &headers)?;
+    if let Some(cache) = &state.replay_cache {
+        cache.invalidate(&key.storage_key());
+    }
     if !state.store.remove(&key).await.map_err(AdminError::Store)? {
         return Err(AdminError::NoRecord);
     }

@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 use tower::Layer;
 
 use crate::config::Settings;
-use crate::idempotency::{IdempotencyLayer, Policy};
+use crate::idempotency::{IdempotencyLayer, Policy, ReplayCache};
 use crate::router::{Route, Router};
 use crate::secret::Secret;
 use crate::store::{self, Store, StoreError};
@@ -44,32 +44,38 @@ pub struct Proxy {
     /// The first requests running upstream, across all routes.
     executions: TaskTracker,
     admin_token: Option<Secret>,
+    replay_cache: Arc<ReplayCache>,
 }
+
+/// The bytes of completed records a proxy keeps in memory for replays.
+const REPLAY_CACHE_BUDGET: usize = 8 * 1024 * 1024;
 
 impl Proxy {
     /// Builds the routes over an already opened store.
     pub fn with_store(settings: &Settings, store: Arc<dyn Store>) -> Self {
         let client = upstream::client();
         let executions = TaskTracker::new();
+        let replay_cache = Arc::new(ReplayCache::new(REPLAY_CACHE_BUDGET));
         let routes = settings.routes.iter().map(|route| Route {
             name: route.policy.route.clone(),
             path_prefix: route.path_prefix.clone(),
             host: route.host.clone(),
-            service: IdempotencyLayer::new(store.clone(), route.policy.clone()).layer(
-                upstream::Upstream::new(client.clone(), route.upstream.clone()),
-            ),
+            service: IdempotencyLayer::new(store.clone(), route.policy.clone())
+                .with_task_tracker(executions.clone())
+                .with_replay_cache(replay_cache.clone())
+                .layer(upstream::Upstream::new(
+                    client.clone(),
+                    route.upstream.clone(),
+                )),
         });
-        let policies = settings
-            .routes
-            .iter()
-            .map(|r| Arc::new(r.policy.clone()))
-            .collect();
+        let policies = settings.routes.iter().map(|r| Arc::new(r.policy.clone()));
         Self {
             router: Router::new(routes.collect(), settings.problem_base.clone()),
             store,
-            policies,
+            policies: policies.collect(),
             executions,
             admin_token: settings.admin_token.clone(),
+            replay_cache,
         }
     }
 
@@ -92,11 +98,12 @@ impl Proxy {
     }
 
     pub fn admin(&self) -> axum::Router {
-        admin::router(
-            self.store.clone(),
-            self.policies.clone(),
-            self.admin_token.clone(),
-        )
+        let records = admin::Records {
+            store: self.store.clone(),
+            policies: self.policies.clone(),
+            replay_cache: Some(self.replay_cache.clone()),
+        };
+        admin::router(records, self.admin_token.clone())
     }
 }
 

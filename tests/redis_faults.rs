@@ -21,6 +21,8 @@ use idempotency_proxy::store::{RedisStore, Store};
 use tokio::time::Instant;
 
 const BODY: &str = r#"{"amount":42}"#;
+/// Replays come from the store, not from the proxy's local copy of recent records.
+const NO_CACHE: &str = "replay_cache_ttl = \"0s\"";
 
 /// Runs a test body, failing it if it does not finish in time.
 async fn bounded<T>(limit: Duration, body: impl Future<Output = T>) -> T {
@@ -362,7 +364,8 @@ async fn hung_redis_gets_503_within_the_operation_timeout() {
     let relay = Relay::in_front_of(&redis.url(), &target).await;
     let upstream = TestUpstream::start().await;
     let op_timeout = Duration::from_millis(500);
-    let proxy = proxy_over(&relay.url, &upstream, "", Some(op_timeout)).await;
+    // The store's path is what is tested: no replay may come from the local cache.
+    let proxy = proxy_over(&relay.url, &upstream, NO_CACHE, Some(op_timeout)).await;
 
     bounded(Duration::from_secs(15), async {
         let before = proxy.client.post("/v1/charges", "before-hang", BODY).await;
@@ -414,7 +417,7 @@ async fn stalled_redis_refuses_then_serves_the_refused_keys_when_it_resumes() {
     };
     let upstream = TestUpstream::start().await;
     let op_timeout = Duration::from_millis(500);
-    let proxy = proxy_over(&redis.url(), &upstream, "", Some(op_timeout)).await;
+    let proxy = proxy_over(&redis.url(), &upstream, NO_CACHE, Some(op_timeout)).await;
 
     bounded(Duration::from_secs(15), async {
         let before = proxy.client.post("/v1/charges", "before-stall", BODY).await;
@@ -485,4 +488,36 @@ async fn a_corrupt_record_is_refused_even_under_fail_open() {
         0,
         "a record is there, so the operation may have run"
     );
+}
+
+#[tokio::test]
+async fn a_recent_replay_is_answered_from_memory_while_redis_hangs() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let target = format!("127.0.0.1:{}", redis.port());
+    let relay = Relay::in_front_of(&redis.url(), &target).await;
+    let upstream = TestUpstream::start().await;
+    let defaults = "replay_cache_ttl = \"30s\"";
+    let proxy = proxy_over(
+        &relay.url,
+        &upstream,
+        defaults,
+        Some(Duration::from_millis(500)),
+    )
+    .await;
+    bounded(Duration::from_secs(10), async {
+        let first = proxy.client.post("/v1/charges", "cached", BODY).await;
+        relay.freeze();
+        let replay = proxy.client.post("/v1/charges", "cached", BODY).await;
+        assert!(replay.replayed(), "{replay:?}");
+        assert_eq!(replay.body, first.body);
+        let other_body = proxy.client.post("/v1/charges", "cached", "{}").await;
+        assert_eq!(
+            other_body.status, 422,
+            "the cached copy still guards against key reuse"
+        );
+        assert_store_unavailable(&proxy.client.post("/v1/charges", "not-cached", BODY).await);
+    })
+    .await;
 }

@@ -121,6 +121,7 @@ policy_keys! {
     on_ambiguous: AmbiguousPolicy,
     on_store_error: StoreErrorPolicy,
     replay_exclude_headers: Vec<String>,
+    replay_cache_ttl: String,
 }
 
 /// Wraps a value for printing; spans only matter for values read from a file.

@@ -116,6 +116,15 @@ fn apply_durations(
         &table.upstream_timeout,
         upstream,
         |d| duration(d),
+    )?;
+    // Zero is allowed here: it turns the local replay cache off.
+    let cache = &mut policy.replay_cache_ttl;
+    set(
+        src,
+        "replay_cache_ttl",
+        &table.replay_cache_ttl,
+        cache,
+        |d| crate::units::humane_duration::parse(d),
     )
 }
 

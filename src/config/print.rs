@@ -77,6 +77,7 @@ fn policy(policy: &Policy) -> PolicyTable {
         on_ambiguous: unspanned(policy.on_ambiguous),
         on_store_error: unspanned(policy.on_store_error),
         replay_exclude_headers: unspanned(names(&policy.replay_exclude_headers)),
+        replay_cache_ttl: unspanned(humane(policy.replay_cache_ttl)),
     }
 }
 

@@ -197,7 +197,7 @@ impl Execution {
                 .complete(&self.key, &record, self.policy.ttl)
                 .await
             {
-                Ok(Fenced::Applied) => return,
+                Ok(Fenced::Applied) => return self.remember(&self.key, &record),
                 // A try that timed out may still have been applied: then the record is ours.
                 Ok(Fenced::LeaseLost) if attempt > 0 && self.stored_by_us().await => return,
                 Ok(Fenced::LeaseLost) => {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use tokio_util::task::TaskTracker;
 use tower::Layer;
 
+use super::cache::ReplayCache;
 use super::policy::Policy;
 use super::service::{IdempotencyService, Shared};
 use crate::store::Store;
@@ -42,6 +43,7 @@ impl IdempotencyLayer {
             policy: Arc::new(policy),
             waiters: Arc::default(),
             tasks: TaskTracker::new(),
+            cache: None,
         };
         Self { shared }
     }
@@ -50,6 +52,13 @@ impl IdempotencyLayer {
     /// record their outcomes before shutting down (`tracker.close(); tracker.wait().await`).
     pub fn with_task_tracker(mut self, tracker: TaskTracker) -> Self {
         self.shared.tasks = tracker;
+        self
+    }
+
+    /// Answers replays from `cache` for up to the policy's `replay_cache_ttl`, without a store
+    /// round trip. Share one cache between layers; invalidate it where records are dropped.
+    pub fn with_replay_cache(mut self, cache: Arc<ReplayCache>) -> Self {
+        self.shared.cache = Some(cache);
         self
     }
 

@@ -6,6 +6,7 @@
 //! hands it to [`execute`], which calls the upstream in a task of its own and records the outcome.
 
 mod buffer;
+mod cache;
 mod execute;
 mod extract;
 pub mod fingerprint;
@@ -19,6 +20,7 @@ mod waiters;
 
 use std::fmt;
 
+pub use cache::ReplayCache;
 pub use layer::IdempotencyLayer;
 pub use policy::Policy;
 pub use replay::IDEMPOTENT_REPLAYED;

@@ -78,6 +78,9 @@ pub struct Policy {
     pub on_store_error: StoreErrorPolicy,
     /// Response headers never stored nor replayed, beyond the fixed set.
     pub replay_exclude_headers: Vec<HeaderName>,
+    /// How long a replica may answer a replay from its local copy of a completed record; an
+    /// operator's `DELETE` on another replica is seen here within this time. Zero turns it off.
+    pub replay_cache_ttl: Duration,
     pub problem_base: Arc<ProblemBase>,
 }
 
@@ -104,6 +107,7 @@ impl Policy {
             on_ambiguous: AmbiguousPolicy::Keep,
             on_store_error: StoreErrorPolicy::FailClosed,
             replay_exclude_headers: Vec::new(),
+            replay_cache_ttl: Duration::from_secs(1),
             problem_base: Arc::new(ProblemBase::default()),
         }
     }

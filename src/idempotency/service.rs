@@ -14,12 +14,13 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tower::{Service, ServiceExt};
 
+use super::cache::ReplayCache;
 use super::execute::Execution;
 use super::extract::{key_from_body, key_from_headers, read_body};
 use super::fingerprint::Fingerprint;
 use super::key::{ClientScope, IdempotencyKey, ScopedKey};
 use super::policy::{ConcurrentPolicy, KeySource, Policy, StoreErrorPolicy};
-use super::record::FencingToken;
+use super::record::{CompletedRecord, FencingToken};
 use super::replay::replay;
 use super::waiters::Waiters;
 use crate::error::ProxyError;
@@ -101,6 +102,30 @@ pub struct Shared {
     pub waiters: Arc<Waiters>,
     /// Every first request runs in a task tracked here, so a shutdown can wait for them.
     pub tasks: TaskTracker,
+    pub cache: Option<Arc<ReplayCache>>,
+}
+
+impl Shared {
+    /// The local copy of a completed record, where the route keeps them.
+    pub fn cached(&self, key: &ScopedKey) -> Option<CompletedRecord> {
+        let cache = self
+            .cache
+            .as_ref()
+            .filter(|_| !self.policy.replay_cache_ttl.is_zero())?;
+        cache.get(&key.storage_key())
+    }
+
+    pub fn remember(&self, key: &ScopedKey, record: &CompletedRecord) {
+        if let Some(cache) = &self.cache {
+            let policy = &self.policy;
+            cache.insert(
+                key.storage_key(),
+                record,
+                policy.replay_cache_ttl,
+                policy.ttl,
+            );
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -224,7 +249,11 @@ impl Handler {
         B::Error: Into<BoxError>,
     {
         let same_request = |fingerprint: &Fingerprint| *fingerprint == request.fingerprint;
-        let reservation = match self.reserve(&request).await {
+        let reservation = match self.cached(&request.key) {
+            Some(record) => Ok(Reservation::Completed(record)),
+            None => self.reserve(&request).await,
+        };
+        let reservation = match reservation {
             Ok(Reservation::InFlight(r)) if same_request(&r.fingerprint) && self.waits() => {
                 self.wait_for_first(&request).await
             }
@@ -236,10 +265,13 @@ impl Handler {
         };
         let answer = match reservation {
             Reservation::Acquired(token) => self.execute(inner, request, token).await,
-            Reservation::Completed(r) if same_request(&r.fingerprint) => (
-                replay(r, &self.policy.problem_base),
-                RequestOutcome::Replayed,
-            ),
+            Reservation::Completed(r) if same_request(&r.fingerprint) => {
+                self.remember(&request.key, &r);
+                (
+                    replay(r, &self.policy.problem_base),
+                    RequestOutcome::Replayed,
+                )
+            }
             Reservation::InFlight(r) if same_request(&r.fingerprint) => {
                 let in_flight = ProxyError::RequestInFlight {
                     retry_after: RETRY_AFTER,

@@ -1,0 +1,204 @@
+//! A local cache of completed records, so a replay costs no store round trip.
+//!
+//! A completed record changes only by expiring or by an operator's `DELETE`, so a copy is safe
+//! to serve for a short while. Each entry lives for the route's `replay_cache_ttl` at most
+//! (and never past the record's own expiry): a `DELETE` on this replica removes the entry at
+//! once; one on another replica is seen here within that time. The cache is bounded by the
+//! bytes of the bodies it holds, oldest entries leaving first.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use super::record::{CompletedRecord, StoredBody};
+
+/// Bodies larger than this are not cached: they would push out many small ones.
+const MAX_ENTRY_BYTES: usize = 64 * 1024;
+
+#[derive(Debug)]
+pub struct ReplayCache {
+    budget: usize,
+    inner: Mutex<Entries>,
+}
+
+#[derive(Debug, Default)]
+struct Entries {
+    /// Each entry with its freshness and the insertion number that `order` names it by.
+    map: HashMap<String, (CompletedRecord, Instant, u64)>,
+    /// Insertion order; a pair whose number no longer matches the map's entry is stale.
+    order: VecDeque<(u64, String)>,
+    bytes: usize,
+    inserted: u64,
+}
+
+fn size(record: &CompletedRecord) -> usize {
+    let body = match &record.body {
+        StoredBody::Kept(body) => body.len(),
+        StoredBody::NotKept => 0,
+    };
+    body + record
+        .headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len())
+        .sum::<usize>()
+        + 128
+}
+
+impl ReplayCache {
+    /// A cache holding at most `budget` bytes of records.
+    pub fn new(budget: usize) -> Self {
+        Self {
+            budget,
+            inner: Mutex::default(),
+        }
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, Entries> {
+        // Every change leaves map, order and count consistent before the lock is released.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The cached record under `key`, if it is still fresh.
+    pub fn get(&self, key: &str) -> Option<CompletedRecord> {
+        let mut entries = self.entries();
+        match entries.map.get(key) {
+            Some((record, fresh_until, _)) if *fresh_until > Instant::now() => Some(record.clone()),
+            Some(_) => {
+                entries.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Keeps `record` for `ttl` at most, and never past `record_ttl` after its creation.
+    pub fn insert(
+        &self,
+        key: String,
+        record: &CompletedRecord,
+        ttl: Duration,
+        record_ttl: Duration,
+    ) {
+        let left = (record.created_at + record_ttl)
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
+        let ttl = ttl.min(left);
+        let bytes = size(record);
+        if ttl.is_zero() || bytes > MAX_ENTRY_BYTES.min(self.budget) {
+            return;
+        }
+        let mut entries = self.entries();
+        entries.remove(&key);
+        while entries.bytes + bytes > self.budget {
+            let Some((number, oldest)) = entries.order.pop_front() else {
+                break;
+            };
+            if entries
+                .map
+                .get(&oldest)
+                .is_some_and(|entry| entry.2 == number)
+            {
+                entries.remove(&oldest);
+            }
+        }
+        entries.inserted += 1;
+        let number = entries.inserted;
+        entries.bytes += bytes;
+        entries.order.push_back((number, key.clone()));
+        entries
+            .map
+            .insert(key, (record.clone(), Instant::now() + ttl, number));
+        entries.compact();
+    }
+
+    /// Forgets `key` (an operator dropped the record).
+    pub fn invalidate(&self, key: &str) {
+        self.entries().remove(key);
+    }
+}
+
+impl Entries {
+    fn remove(&mut self, key: &str) {
+        if let Some((record, _, _)) = self.map.remove(key) {
+            self.bytes -= size(&record);
+        }
+    }
+
+    /// Drops stale names from `order` once they outnumber the live ones, so it stays bounded.
+    fn compact(&mut self) {
+        if self.order.len() > 2 * self.map.len() + 64 {
+            let map = &self.map;
+            self.order
+                .retain(|(number, key)| map.get(key).is_some_and(|entry| entry.2 == *number));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::idempotency::fingerprint::Fingerprint;
+    use crate::idempotency::record::FencingToken;
+    use bytes::Bytes;
+    use http::{HeaderMap, StatusCode};
+
+    fn record(body_len: usize) -> CompletedRecord {
+        CompletedRecord {
+            fingerprint: Fingerprint::from_bytes([1; 32]),
+            token: FencingToken::from_u64(1),
+            created_at: SystemTime::now(),
+            status: StatusCode::CREATED,
+            headers: HeaderMap::new(),
+            body: StoredBody::Kept(Bytes::from(vec![0; body_len])),
+        }
+    }
+
+    const DAY: Duration = Duration::from_secs(86_400);
+
+    #[tokio::test(start_paused = true)]
+    async fn entries_expire_after_the_local_ttl() {
+        let cache = ReplayCache::new(1 << 20);
+        cache.insert("k".into(), &record(10), Duration::from_secs(1), DAY);
+        assert!(cache.get("k").is_some());
+        tokio::time::advance(Duration::from_millis(1001)).await;
+        assert!(cache.get("k").is_none());
+    }
+
+    #[test]
+    fn never_past_the_records_own_expiry() {
+        let cache = ReplayCache::new(1 << 20);
+        let mut old = record(10);
+        old.created_at = SystemTime::now() - DAY;
+        cache.insert("k".into(), &old, Duration::from_secs(1), DAY);
+        assert!(cache.get("k").is_none());
+    }
+
+    #[test]
+    fn the_byte_budget_pushes_out_the_oldest() {
+        let cache = ReplayCache::new(3 * (1000 + 128));
+        for key in ["a", "b", "c", "d"] {
+            cache.insert(key.into(), &record(1000), Duration::from_secs(60), DAY);
+        }
+        assert!(cache.get("a").is_none());
+        assert!(cache.get("b").is_some() && cache.get("d").is_some());
+        cache.invalidate("d");
+        assert!(cache.get("d").is_none());
+        assert!(cache.entries().bytes <= 3 * (1000 + 128));
+    }
+
+    #[test]
+    fn large_bodies_are_not_cached() {
+        let cache = ReplayCache::new(1 << 30);
+        cache.insert(
+            "big".into(),
+            &record(MAX_ENTRY_BYTES + 1),
+            Duration::from_secs(60),
+            DAY,
+        );
+        assert!(cache.get("big").is_none());
+    }
+}
