@@ -4,4 +4,5 @@
 pub mod client;
 pub mod proxy;
 pub mod redis;
+pub mod redis_cluster;
 pub mod upstream;
