@@ -248,15 +248,21 @@ rm -rf "$2""#;
 }
 
 /// `count` distinct loopback ports that are free, each with its cluster bus port free too.
+///
+/// They come from below the kernel's ephemeral range (which starts at 32768 by default): a port
+/// the OS hands out for outgoing connections could be taken while a killed node is down, and the
+/// node could not come back on it.
 fn free_ports(count: usize) -> Vec<u16> {
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+        ^ std::process::id();
     let mut ports = Vec::new();
-    for _ in 0..1000 {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let bus_free = port
-            .checked_add(BUS_OFFSET)
-            .is_some_and(|bus| TcpListener::bind(("127.0.0.1", bus)).is_ok());
-        if bus_free && !ports.contains(&port) {
+    for i in 0..2000u32 {
+        // Spread over 12000..22000, so the bus ports (plus 10000) stay below 32768 as well.
+        let port = 12_000 + (seed.wrapping_add(i.wrapping_mul(7_919)) % 10_000) as u16;
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if !ports.contains(&port) && free(port) && free(port + BUS_OFFSET) {
             ports.push(port);
         }
         if ports.len() == count {
