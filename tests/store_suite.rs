@@ -2,7 +2,9 @@
 //!
 //! `store_suite!` turns each case below into a test per backend, so a backend that behaves
 //! differently from the others fails by name. The Redis cases need a Redis (see
-//! `common/redis.rs`); without one they report `SKIPPED` unless `REQUIRE_REDIS=1`.
+//! `common/redis.rs`), the cluster cases `redis-server` and `redis-cli` to start a private
+//! cluster (`common/redis_cluster.rs`); without them they report `SKIPPED` unless
+//! `REQUIRE_REDIS=1`.
 
 mod common;
 
@@ -27,6 +29,17 @@ async fn memory(_test: &str) -> Backend {
 
 async fn redis(test: &str) -> Backend {
     Some(Arc::new(common::redis::store(test).await?))
+}
+
+/// A store on the test binary's private Redis Cluster, under a prefix of its own.
+async fn cluster(test: &str) -> Backend {
+    // Starting the cluster blocks for a few seconds, once; the runtime is multi-threaded.
+    let cluster = tokio::task::block_in_place(common::redis_cluster::shared)?;
+    let prefix = common::redis::unique_prefix(test);
+    let store = RedisStore::connect_cluster(&cluster.seeds(), &prefix)
+        .await
+        .unwrap_or_else(|e| panic!("the test cluster is up but the store cannot connect: {e}"));
+    Some(Arc::new(store))
 }
 
 macro_rules! store_suite {
@@ -63,6 +76,7 @@ macro_rules! store_suite {
 
 store_suite!(memory);
 store_suite!(redis);
+store_suite!(cluster);
 
 const LONG: Duration = Duration::from_secs(30);
 

@@ -19,10 +19,13 @@ use crate::idempotency::record::{
 
 pub mod memory;
 pub mod redis;
+mod redis_cluster;
+mod redis_scripts;
 mod spec;
 
 pub use memory::MemoryStore;
-pub use redis::RedisStore;
+pub use redis::{RedisConnection, RedisStore};
+pub use redis_cluster::RedisClusterStore;
 
 pub use spec::{StoreSpec, StoreSpecError};
 
@@ -113,7 +116,10 @@ pub async fn open(spec: &StoreSpec) -> Result<Arc<dyn Store>, StoreError> {
         StoreSpec::Redis(url) => Ok(Arc::new(
             RedisStore::connect(url, redis::DEFAULT_PREFIX).await?,
         )),
-        StoreSpec::File(_) | StoreSpec::RedisCluster(_) => Err(StoreError::Open(format!(
+        StoreSpec::RedisCluster(nodes) => Ok(Arc::new(
+            RedisStore::connect_cluster(nodes, redis::DEFAULT_PREFIX).await?,
+        )),
+        StoreSpec::File(_) => Err(StoreError::Open(format!(
             "the store {spec} is not available in this build"
         ))),
     }

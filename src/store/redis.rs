@@ -1,5 +1,5 @@
-//! The Redis store: one Redis (or a replicated pair behind one address) shared by any number of
-//! proxy replicas.
+//! The Redis store: one Redis (or a replicated pair behind one address), or a Redis Cluster,
+//! shared by any number of proxy replicas.
 //!
 //! Each record is one Redis string under `prefix + storage_key`, holding `Record::encode()`, with
 //! a Redis expiry equal to the lease (in flight) or the ttl (completed). Keeping a record in one
@@ -15,27 +15,28 @@
 //!   read the prefix with `GETRANGE`, so checking a large completed record costs ten bytes.
 //! - `get` is a script returning the value and its `PTTL` together, so the remaining time always
 //!   belongs to the value returned.
-//! - `remove` is `DEL`, `ping` is `PING`.
+//! - `remove` is `DEL`, `ping` is `PING` (on a cluster: every master answers).
 //!
-//! Scripts run by `EVALSHA` and are loaded on `NOSCRIPT` (after a Redis restart, say); they are
-//! hashed once, in statics. Durations travel as whole milliseconds, at least 1, because `PX 0` is
-//! an error in Redis and would turn a tiny lease into a failed request.
+//! The scripts live in `redis_scripts`. Durations travel as whole milliseconds, at least 1,
+//! because `PX 0` is an error in Redis and would turn a tiny lease into a failed request.
 //!
-//! The connection is a `ConnectionManager`: multiplexed, so all callers share one socket, and it
-//! reconnects by itself after Redis restarts. Connection and response time-outs bound each
-//! attempt, and every operation as a whole is bounded by the store's operation time-out, so a
-//! hung Redis turns into `StoreError::Timeout` instead of a hung request.
+//! The operations are written once, over any `RedisConnection`. For one Redis that is a
+//! `ConnectionManager`: multiplexed, so all callers share one socket, and it reconnects by itself
+//! after Redis restarts. For a cluster it is the cluster client's connection (see
+//! `redis_cluster`). Connection and response time-outs bound each attempt, and every operation as
+//! a whole is bounded by the store's operation time-out, so a hung Redis turns into
+//! `StoreError::Timeout` instead of a hung request.
 
 use std::fmt;
 use std::future::Future;
-use std::sync::LazyLock;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, RedisError, Script};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, RedisError};
 
+use super::redis_scripts::{Lua, COMPLETE, GET, RELEASE, RENEW, RESERVE};
 use super::{Fenced, Reservation, Store, StoreError};
 use crate::idempotency::fingerprint::Fingerprint;
 use crate::idempotency::key::ScopedKey;
@@ -45,59 +46,29 @@ use crate::idempotency::record::{CompletedRecord, FencingToken, InFlightRecord, 
 pub const DEFAULT_PREFIX: &str = "idempotency-proxy:";
 
 const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(2);
-const CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
-/// Bounds `connect` as a whole, including the manager's own retries.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
+pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bounds `connect` as a whole, including the client's own retries.
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-static RESERVE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"local v = redis.call('GET', KEYS[1])
-        if v then return v end
-        redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-        return false",
-    )
-});
+/// What the store needs of a connection: shared by clones (multiplexed), usable from any task.
+/// `ConnectionManager` (one Redis) and the cluster client's `ClusterConnection` both qualify.
+pub trait RedisConnection: ConnectionLike + Clone + Send + Sync + 'static {}
 
-static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"if redis.call('GETRANGE', KEYS[1], 0, 9) ~= ARGV[1] then return 0 end
-        redis.call('PEXPIRE', KEYS[1], ARGV[2])
-        return 1",
-    )
-});
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisConnection for C {}
 
-static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"if redis.call('GETRANGE', KEYS[1], 0, 9) ~= ARGV[1] then return 0 end
-        redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-        return 1",
-    )
-});
-
-const RELEASE_SOURCE: &str = r"if redis.call('GETRANGE', KEYS[1], 0, 9) ~= ARGV[1] then return 0 end
-        redis.call('DEL', KEYS[1])
-        return 1";
-
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
-
-static GET: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"local v = redis.call('GET', KEYS[1])
-        if not v then return false end
-        return {v, redis.call('PTTL', KEYS[1])}",
-    )
-});
-
-/// A store in one Redis, reached through a self-reconnecting multiplexed connection.
+/// A store in Redis, reached through a self-reconnecting multiplexed connection: one Redis by
+/// default, or a Redis Cluster (`RedisClusterStore`).
 #[derive(Clone)]
-pub struct RedisStore {
-    conn: ConnectionManager,
+pub struct RedisStore<C = ConnectionManager> {
+    conn: C,
     prefix: String,
     op_timeout: Duration,
+    /// Says which kind of deployment this is in `Debug` output, which leaves the connection out.
+    topology: &'static str,
 }
 
-impl RedisStore {
+impl RedisStore<ConnectionManager> {
     /// Connects to `url` (`redis://` or `rediss://`); every key the store writes starts with
     /// `prefix`. Fails with `Unavailable` or `Timeout` when Redis cannot be reached within a few
     /// seconds, and with `Open` when the URL is not one.
@@ -116,11 +87,18 @@ impl RedisStore {
             }
             Err(_) => return Err(StoreError::Timeout(CONNECT_TIMEOUT)),
         };
-        Ok(Self {
+        Ok(Self::with_connection(conn, prefix, "single"))
+    }
+}
+
+impl<C: RedisConnection> RedisStore<C> {
+    pub(super) fn with_connection(conn: C, prefix: &str, topology: &'static str) -> Self {
+        Self {
             conn,
             prefix: prefix.to_owned(),
             op_timeout: DEFAULT_OP_TIMEOUT,
-        })
+            topology,
+        }
     }
 
     /// Bounds every operation, including any wait for a reconnect (default 2s).
@@ -134,7 +112,7 @@ impl RedisStore {
     }
 
     /// Runs one Redis call under the operation time-out, mapping its failures.
-    async fn run<T, F>(&self, call: impl FnOnce(ConnectionManager) -> F) -> Result<T, StoreError>
+    async fn run<T, F>(&self, call: impl FnOnce(C) -> F) -> Result<T, StoreError>
     where
         F: Future<Output = Result<T, RedisError>>,
     {
@@ -146,26 +124,18 @@ impl RedisStore {
         }
     }
 
-    /// Undoes a reservation whose answer never came back: the caller is told the store failed,
-    /// so nothing may stay reserved in its name.
-    ///
-    /// A timed-out `reserve` may still run: a stalled Redis works through the commands it was
-    /// sent once it carries on. Its in-flight record would then hold the key for a whole lease,
-    /// and the client's retry would be refused as in flight although nothing runs. The release
-    /// goes out on the same connection right behind the reservation, so Redis runs it after
-    /// the reservation whenever that runs; fenced by the token, it deletes only our own
-    /// record. It is sent as `EVAL` with the script's source, not `EVALSHA`: nobody may be
-    /// waiting for its answer by the time Redis runs it, so a `NOSCRIPT` would never be
-    /// followed by the load and the retry. It is best effort: if it cannot be sent either
-    /// (Redis unreachable for longer), the record frees when its lease runs out, as before.
+    /// Undoes a reservation whose answer never came. A reserve that timed out may still reach
+    /// Redis later (a stalled server carries on), and the key would then stay reserved for a
+    /// whole lease although the client was told `503` and nothing ran. A fenced release sent
+    /// right behind it on the same connection deletes the reservation whenever that runs; fenced
+    /// by the token, it deletes only our own record. It is sent as `EVAL` with the script's
+    /// source, not `EVALSHA`: nobody may be waiting for its answer by the time Redis runs it, so
+    /// a `NOSCRIPT` would never be followed by the retry. It is best effort: if it cannot be
+    /// sent either (Redis unreachable for longer), the record frees when its lease runs out.
     fn abandon(&self, key: &ScopedKey, token: FencingToken) {
         let store = self.clone();
-        let mut release = redis::cmd("EVAL");
-        release
-            .arg(RELEASE_SOURCE)
-            .arg(1)
-            .arg(self.key(key))
-            .arg(&token.in_flight_prefix()[..]);
+        let holder = token.in_flight_prefix();
+        let release = RELEASE.on(self.key(key), &[&holder]).by_source();
         let log_id = key.log_id();
         tokio::spawn(async move {
             let sent = store
@@ -180,18 +150,19 @@ impl RedisStore {
     /// Runs one of the fencing scripts: it answers 1 when the holder's prefix was still there.
     async fn fenced(
         &self,
-        script: &'static Script,
+        script: &'static Lua,
         key: &ScopedKey,
         token: FencingToken,
-        args: &[&[u8]],
+        rest: &[&[u8]],
     ) -> Result<Fenced, StoreError> {
-        let mut invocation = script.key(self.key(key));
-        invocation.arg(&token.in_flight_prefix()[..]);
-        for arg in args {
-            invocation.arg(*arg);
-        }
+        let holder = token.in_flight_prefix();
+        let args: Vec<&[u8]> = [&holder[..]]
+            .into_iter()
+            .chain(rest.iter().copied())
+            .collect();
+        let call = script.on(self.key(key), &args);
         let applied: i64 = self
-            .run(|mut conn| async move { invocation.invoke_async(&mut conn).await })
+            .run(|mut conn| async move { call.run(&mut conn).await })
             .await?;
         Ok(if applied == 1 {
             Fenced::Applied
@@ -201,10 +172,11 @@ impl RedisStore {
     }
 }
 
-impl fmt::Debug for RedisStore {
+impl<C> fmt::Debug for RedisStore<C> {
     // The connection is left out: its details include the URL, and with it any password.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
+            .field("topology", &self.topology)
             .field("prefix", &self.prefix)
             .field("op_timeout", &self.op_timeout)
             .finish_non_exhaustive()
@@ -228,7 +200,7 @@ fn millis(duration: Duration) -> String {
 
 /// Removes the URL's password, as written and as decoded, from a message, in case a lower
 /// layer echoed it back.
-fn redact(url: &str, decoded: Option<&str>, mut message: String) -> String {
+pub(super) fn redact(url: &str, decoded: Option<&str>, mut message: String) -> String {
     let written = url
         .split_once("://")
         .and_then(|(_, rest)| rest.rsplit_once('@'))
@@ -247,7 +219,7 @@ fn decode(raw: Vec<u8>) -> Result<Record, StoreError> {
 }
 
 #[async_trait]
-impl Store for RedisStore {
+impl<C: RedisConnection> Store for RedisStore<C> {
     async fn reserve(
         &self,
         key: &ScopedKey,
@@ -260,10 +232,11 @@ impl Store for RedisStore {
             token,
             created_at: SystemTime::now(),
         });
-        let mut invocation = RESERVE.key(self.key(key));
-        invocation.arg(record.encode().as_ref()).arg(millis(lease));
+        let (encoded, lease) = (record.encode(), millis(lease));
+        let args: [&[u8]; 2] = [&encoded, lease.as_bytes()];
+        let call = RESERVE.on(self.key(key), &args);
         let existing: Option<Vec<u8>> = match self
-            .run(|mut conn| async move { invocation.invoke_async(&mut conn).await })
+            .run(|mut conn| async move { call.run(&mut conn).await })
             .await
         {
             Ok(existing) => existing,
@@ -305,9 +278,9 @@ impl Store for RedisStore {
     }
 
     async fn get(&self, key: &ScopedKey) -> Result<Option<(Record, Duration)>, StoreError> {
-        let invocation = GET.key(self.key(key));
+        let call = GET.on(self.key(key), &[]);
         let found: Option<(Vec<u8>, i64)> = self
-            .run(|mut conn| async move { invocation.invoke_async(&mut conn).await })
+            .run(|mut conn| async move { call.run(&mut conn).await })
             .await?;
         let Some((raw, pttl)) = found else {
             return Ok(None);

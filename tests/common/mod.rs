@@ -4,5 +4,6 @@
 pub mod client;
 pub mod proxy;
 pub mod redis;
+pub mod redis_cluster;
 pub mod redis_server;
 pub mod upstream;

@@ -1,0 +1,121 @@
+//! The Lua scripts behind the Redis store, and how one is run against one key.
+//!
+//! Each script reads and writes exactly one key, so on Redis Cluster it runs on the master that
+//! owns the key's slot, and the same script serves a single Redis and a cluster.
+//!
+//! A call goes out as `EVALSHA hash 1 key args…`, which the cluster client routes by its key.
+//! When that node does not have the script cached (`NOSCRIPT`, after a restart, say) the call is
+//! repeated as `EVAL code 1 key args…`, which runs it and caches it on that same node. Loading it
+//! with `SCRIPT LOAD` instead would go to every node of a cluster and fail while any one of them
+//! is down, taking the healthy nodes' keys with it.
+
+use std::sync::LazyLock;
+
+use redis::aio::ConnectionLike;
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
+
+/// A script's source and its SHA1, hashed once.
+pub(super) struct Lua {
+    code: &'static str,
+    hash: String,
+}
+
+impl Lua {
+    fn new(code: &'static str) -> Self {
+        let hash = Script::new(code).get_hash().to_owned();
+        Self { code, hash }
+    }
+
+    /// A call of this script on `key` with `args`, ready to run.
+    pub(super) fn on<'a>(&'static self, key: String, args: &'a [&'a [u8]]) -> Call<'a> {
+        Call {
+            script: self,
+            key,
+            args,
+        }
+    }
+}
+
+/// One script call on one key.
+pub(super) struct Call<'a> {
+    script: &'static Lua,
+    key: String,
+    args: &'a [&'a [u8]],
+}
+
+impl Call<'_> {
+    /// Runs the call by hash, and by source when the node answers `NOSCRIPT`.
+    pub(super) async fn run<C, T>(&self, conn: &mut C) -> RedisResult<T>
+    where
+        C: ConnectionLike + Send,
+        T: FromRedisValue,
+    {
+        match self
+            .command("EVALSHA", &self.script.hash)
+            .query_async(conn)
+            .await
+        {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.command("EVAL", self.script.code)
+                    .query_async(conn)
+                    .await
+            }
+            answer => answer,
+        }
+    }
+
+    /// The call as `EVAL` with the script's source, for a call whose answer nobody awaits.
+    pub(super) fn by_source(&self) -> Cmd {
+        self.command("EVAL", self.script.code)
+    }
+
+    fn command(&self, name: &str, script: &str) -> Cmd {
+        let mut cmd = redis::cmd(name);
+        cmd.arg(script).arg(1).arg(&self.key);
+        for arg in self.args {
+            cmd.arg(*arg);
+        }
+        cmd
+    }
+}
+
+pub(super) static RESERVE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"local v = redis.call('GET', KEYS[1])
+        if v then return v end
+        redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+        return false",
+    )
+});
+
+pub(super) static RENEW: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"if redis.call('GETRANGE', KEYS[1], 0, 9) ~= ARGV[1] then return 0 end
+        redis.call('PEXPIRE', KEYS[1], ARGV[2])
+        return 1",
+    )
+});
+
+pub(super) static COMPLETE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"if redis.call('GETRANGE', KEYS[1], 0, 9) ~= ARGV[1] then return 0 end
+        redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+        return 1",
+    )
+});
+
+pub(super) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"if redis.call('GETRANGE', KEYS[1], 0, 9) ~= ARGV[1] then return 0 end
+        redis.call('DEL', KEYS[1])
+        return 1",
+    )
+});
+
+pub(super) static GET: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"local v = redis.call('GET', KEYS[1])
+        if not v then return false end
+        return {v, redis.call('PTTL', KEYS[1])}",
+    )
+});
