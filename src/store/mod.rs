@@ -17,10 +17,12 @@ use crate::idempotency::record::{
     CompletedRecord, FencingToken, InFlightRecord, Record, RecordError,
 };
 
+pub mod file;
 pub mod memory;
 pub mod redis;
 mod spec;
 
+pub use file::FileStore;
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
 
@@ -113,7 +115,13 @@ pub async fn open(spec: &StoreSpec) -> Result<Arc<dyn Store>, StoreError> {
         StoreSpec::Redis(url) => Ok(Arc::new(
             RedisStore::connect(url, redis::DEFAULT_PREFIX).await?,
         )),
-        StoreSpec::File(_) | StoreSpec::RedisCluster(_) => Err(StoreError::Open(format!(
+        StoreSpec::File(path) => {
+            let path = path.clone();
+            let opened = tokio::task::spawn_blocking(move || FileStore::open(&path)).await;
+            let store = opened.map_err(|e| StoreError::Open(format!("file store: {e}")))??;
+            Ok(Arc::new(store))
+        }
+        StoreSpec::RedisCluster(_) => Err(StoreError::Open(format!(
             "the store {spec} is not available in this build"
         ))),
     }
