@@ -122,12 +122,18 @@ impl std::fmt::Debug for FileStore {
 
 /// An open failure in words an operator can act on.
 fn explain(error: DatabaseError) -> String {
+    use redb::StorageError::{Corrupted, Io};
     match error {
         DatabaseError::DatabaseAlreadyOpen => {
             "already open by another process (or another store in this one)".into()
         }
-        DatabaseError::Storage(redb::StorageError::Io(e)) => e.to_string(),
-        other => format!("not a usable store file ({other})"),
+        // redb reports a file without its magic header as invalid data.
+        DatabaseError::Storage(Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+            "not a store file (it is not a redb database); refusing to touch it".into()
+        }
+        DatabaseError::Storage(Io(e)) => e.to_string(),
+        DatabaseError::Storage(Corrupted(why)) => format!("the store file is corrupted: {why}"),
+        other => format!("cannot use the store file: {other}"),
     }
 }
 
