@@ -1,7 +1,9 @@
 //! The file store beyond the shared suite: what survives a restart or a crash, how opening fails,
 //! and that expired records are purged so the file stops growing.
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
@@ -228,4 +230,158 @@ async fn expired_records_are_purged_and_the_file_stops_growing() {
         sizes.iter().all(|size| *size <= 3 * one_round),
         "the file kept growing: {sizes:?}"
     );
+}
+
+/// Where the crash test tells its child process to write; unset in an ordinary test run.
+const CRASH_DB: &str = "IDEMPOTENCY_PROXY_CRASH_DB";
+
+fn crash_body(name: &str) -> Bytes {
+    Bytes::from(format!("outcome of {name};").repeat(64))
+}
+
+/// The child of the crash test: writes from 16 tasks until it is killed, printing each write
+/// only after the store acknowledged it.
+#[test]
+#[ignore = "run by acknowledged_writes_survive_a_kill in a child process"]
+fn crash_child() {
+    let Some(path) = std::env::var_os(CRASH_DB) else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let store = Arc::new(FileStore::open(Path::new(&path)).unwrap());
+        let tasks: Vec<_> = (0..16)
+            .map(|task| tokio::spawn(write_until_killed(store.clone(), task)))
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+}
+
+async fn write_until_killed(store: Arc<FileStore>, task: usize) {
+    let ack = |line: String| {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "ACK {line}").unwrap();
+        out.flush().unwrap();
+    };
+    for i in 0.. {
+        let name = format!("crash-{task}-{i}");
+        let token = acquire(&*store, &key(&name), LONG).await;
+        ack(format!("acquired {name} {}", token.as_u64()));
+        let done = outcome(token, crash_body(&name));
+        assert_eq!(
+            store.complete(&key(&name), &done, LONG).await.unwrap(),
+            Fenced::Applied
+        );
+        ack(format!("completed {name} {}", token.as_u64()));
+    }
+}
+
+/// The acknowledgements a killed child printed: (completed?, key name, token).
+fn acknowledgements(
+    child: &mut std::process::Child,
+    kill_after: usize,
+) -> Vec<(bool, String, u64)> {
+    let mut acks = Vec::new();
+    let mut completed = 0;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        let Some((_, ack)) = line.split_once("ACK ") else {
+            continue;
+        };
+        let fields: Vec<&str> = ack.split(' ').collect();
+        let done = fields[0] == "completed";
+        acks.push((done, fields[1].to_owned(), fields[2].parse().unwrap()));
+        completed += usize::from(done);
+        if completed == kill_after {
+            // SIGKILL: no destructor, no flush, no clean close of the database.
+            child.kill().unwrap();
+        }
+    }
+    child.wait().unwrap();
+    acks
+}
+
+#[test]
+fn acknowledged_writes_survive_a_kill() {
+    let path = TempPath::new("crash");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["crash_child", "--exact", "--ignored", "--nocapture"])
+        .env(CRASH_DB, &path.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let acks = acknowledgements(&mut child, 400);
+    assert!(
+        acks.iter().filter(|(done, ..)| *done).count() >= 400,
+        "the child stopped early"
+    );
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let store = FileStore::open(&path.0).unwrap();
+        for (done, name, token) in &acks {
+            let token = FencingToken::from_u64(*token);
+            let record = store
+                .get(&key(name))
+                .await
+                .unwrap()
+                .map(|(record, _)| record);
+            match record {
+                Some(Record::Completed(r)) => {
+                    assert_eq!(r, outcome(token, crash_body(name)), "{name}");
+                }
+                Some(Record::InFlight(r)) if !done => assert_eq!(r.token, token, "{name}"),
+                other => panic!("{name}: acknowledged, then lost: {other:?}"),
+            }
+        }
+    });
+}
+
+/// `pairs` reserve+complete pairs on distinct keys from `tasks` tasks; returns pairs per second.
+async fn pairs_per_second(store: Arc<dyn Store>, pairs: usize, tasks: usize) -> f64 {
+    let started = Instant::now();
+    let workers: Vec<_> = (0..tasks)
+        .map(|task| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in (task..pairs).step_by(tasks) {
+                    let key = key(&format!("bench-{i}"));
+                    let token = acquire(&*store, &key, LONG).await;
+                    let done = outcome(token, Bytes::from_static(b"{\"id\":\"ch_1\"}"));
+                    store.complete(&key, &done, LONG).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    pairs as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Run with `cargo test --release --test file_store -- --ignored --nocapture throughput`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check"]
+async fn throughput_of_the_file_store_against_memory() {
+    let (pairs, tasks) = (2000, 64);
+    let path = TempPath::new("throughput");
+    let file = pairs_per_second(Arc::new(FileStore::open(&path.0).unwrap()), pairs, tasks).await;
+    let memory = pairs_per_second(Arc::new(MemoryStore::new()), pairs, tasks).await;
+    println!("{pairs} reserve+complete pairs from {tasks} tasks:");
+    println!("  file:   {file:>12.0} pairs/s ({:.0} ops/s)", 2.0 * file);
+    println!(
+        "  memory: {memory:>12.0} pairs/s ({:.0} ops/s)",
+        2.0 * memory
+    );
+    println!("  memory / file = {:.1}", memory / file);
 }
