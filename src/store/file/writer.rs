@@ -170,18 +170,7 @@ fn apply_one(tables: &mut Tables<'_>, op: Op, now: u64) -> Result<Answer, redb::
     let until =
         |life: Duration| now.saturating_add(life.as_millis().try_into().unwrap_or(u64::MAX));
     match op {
-        Op::Reserve {
-            key,
-            mut value,
-            lease,
-        } => {
-            if let Some(existing) = tables.live(&key, now)? {
-                return Ok(Answer::Existing(tables::record(&existing).to_vec()));
-            }
-            tables::stamp(&mut value, until(lease));
-            tables.put(&key, &value)?;
-            Ok(Answer::Acquired)
-        }
+        Op::Reserve { key, value, lease } => reserve(tables, &key, value, now, until(lease)),
         Op::Renew { key, token, lease } => fenced(tables, &key, token, now, |tables, mut held| {
             tables::stamp(&mut held, until(lease));
             tables.put(&key, &held)
@@ -202,6 +191,22 @@ fn apply_one(tables: &mut Tables<'_>, op: Op, now: u64) -> Result<Answer, redb::
             Ok(Answer::Removed(existed))
         }
     }
+}
+
+/// The live record under `key`, or else `value` written there, in the same transaction.
+fn reserve(
+    tables: &mut Tables<'_>,
+    key: &str,
+    mut value: Vec<u8>,
+    now: u64,
+    expiry: u64,
+) -> Result<Answer, redb::StorageError> {
+    if let Some(existing) = tables.live(key, now)? {
+        return Ok(Answer::Existing(tables::record(&existing).to_vec()));
+    }
+    tables::stamp(&mut value, expiry);
+    tables.put(key, &value)?;
+    Ok(Answer::Acquired)
 }
 
 /// Runs `write` with the held value only if `token` still holds `key`.
