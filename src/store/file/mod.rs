@@ -3,7 +3,9 @@
 //! Durability: every write (`reserve`, `renew`, `complete`, `release`, `remove`) is committed with
 //! `Durability::Immediate`, so the file is fsynced before the caller gets its answer. An
 //! acknowledged reservation or completion survives a SIGKILL or a power cut; redb's copy-on-write
-//! commits mean a crash mid-commit leaves the previous state, never a torn record.
+//! commits mean a crash mid-commit leaves the previous state, never a torn record. Opening a file
+//! after a crash first rebuilds redb's free-page state by walking the file, so that first open
+//! takes longer the larger the file is.
 //!
 //! Group commit: an fsync costs milliseconds, so paying one per request would cap the proxy at a
 //! few hundred writes a second. All writes go through one writer thread (`writer.rs`) that applies
