@@ -17,7 +17,7 @@ use idempotency_proxy::idempotency::fingerprint::Fingerprint;
 use idempotency_proxy::idempotency::key::{ClientScope, IdempotencyKey, RouteName, ScopedKey};
 use idempotency_proxy::idempotency::record::{CompletedRecord, FencingToken, Record, StoredBody};
 use idempotency_proxy::store::{
-    Fenced, MemoryStore, RedisStore, Reservation, Store, StoreError, StoreSpec,
+    Fenced, FileStore, MemoryStore, RedisStore, Reservation, Store, StoreError, StoreSpec,
 };
 use tokio::time::sleep;
 
@@ -25,6 +25,17 @@ type Backend = Option<Arc<dyn Store>>;
 
 async fn memory(_test: &str) -> Backend {
     Some(Arc::new(MemoryStore::new()))
+}
+
+/// A fresh database file per test, so cases never see each other's records. The path is unlinked
+/// once open: the store keeps its handle, and nothing is left behind in the temp directory.
+async fn file(test: &str) -> Backend {
+    let name = format!("idempotency-proxy-{}-{test}.redb", std::process::id());
+    let path = std::env::temp_dir().join(name);
+    let _ = std::fs::remove_file(&path);
+    let store = FileStore::open(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    Some(Arc::new(store))
 }
 
 async fn redis(test: &str) -> Backend {
@@ -75,6 +86,7 @@ macro_rules! store_suite {
 }
 
 store_suite!(memory);
+store_suite!(file);
 store_suite!(redis);
 store_suite!(cluster);
 

@@ -17,12 +17,14 @@ use crate::idempotency::record::{
     CompletedRecord, FencingToken, InFlightRecord, Record, RecordError,
 };
 
+pub mod file;
 pub mod memory;
 pub mod redis;
 mod redis_cluster;
 mod redis_scripts;
 mod spec;
 
+pub use file::FileStore;
 pub use memory::MemoryStore;
 pub use redis::{RedisConnection, RedisStore};
 pub use redis_cluster::RedisClusterStore;
@@ -119,8 +121,11 @@ pub async fn open(spec: &StoreSpec) -> Result<Arc<dyn Store>, StoreError> {
         StoreSpec::RedisCluster(nodes) => Ok(Arc::new(
             RedisStore::connect_cluster(nodes, redis::DEFAULT_PREFIX).await?,
         )),
-        StoreSpec::File(_) => Err(StoreError::Open(format!(
-            "the store {spec} is not available in this build"
-        ))),
+        StoreSpec::File(path) => {
+            let path = path.clone();
+            let opened = tokio::task::spawn_blocking(move || FileStore::open(&path)).await;
+            let store = opened.map_err(|e| StoreError::Open(format!("file store: {e}")))??;
+            Ok(Arc::new(store))
+        }
     }
 }
