@@ -7,10 +7,8 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::client::TestClient;
+use common::binary::{exit_code, sigterm, start_binary, start_binary_logging, BIN};
 use common::upstream::TestUpstream;
-
-const BIN: &str = env!("CARGO_BIN_EXE_idempotency-proxy");
 
 fn config_file(name: &str, text: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("idempotency-proxy-cli-{}", std::process::id()));
@@ -124,52 +122,6 @@ fn check_prints_the_effective_config_with_flags_over_the_file() {
         printed,
         "the printed config loads to itself"
     );
-}
-
-/// The binary, started on a free port in front of `upstream`, once it accepts connections.
-async fn start_binary(upstream: &str, extra: &[&str]) -> (tokio::process::Child, TestClient) {
-    start_binary_logging(upstream, extra, Stdio::null()).await
-}
-
-async fn start_binary_logging(
-    upstream: &str,
-    extra: &[&str],
-    stderr: Stdio,
-) -> (tokio::process::Child, TestClient) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
-    let child = tokio::process::Command::new(BIN)
-        .args(["--upstream", upstream, "--listen", &listen])
-        .args(extra)
-        .stderr(stderr)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    for _ in 0..100 {
-        if tokio::net::TcpStream::connect(&listen).await.is_ok() {
-            return (child, TestClient::new(listen.parse().unwrap()));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the proxy did not listen on {listen}");
-}
-
-fn sigterm(child: &tokio::process::Child) {
-    let pid = child.id().unwrap().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-}
-
-async fn exit_code(mut child: tokio::process::Child) -> Option<i32> {
-    let waited = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
-    waited.expect("the proxy exits").unwrap().code()
 }
 
 #[tokio::test]

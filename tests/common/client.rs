@@ -101,3 +101,26 @@ impl TestClient {
             .await
     }
 }
+
+impl TestClient {
+    /// Like [`TestClient::send`], but a connection that breaks is an `Err`, not a panic.
+    pub async fn send_raw(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> Result<StatusCode, hyper_util::client::legacy::Error> {
+        let mut request = Request::builder()
+            .method(Method::from_bytes(method.as_bytes()).unwrap())
+            .uri(format!("{}{path}", self.base));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = self
+            .client
+            .request(request.body(Body::from(body.into())).unwrap())
+            .await?;
+        Ok(response.status())
+    }
+}

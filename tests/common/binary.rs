@@ -1,0 +1,64 @@
+//! The real `idempotency-proxy` binary, started as a child process on a free loopback port.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::client::TestClient;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_idempotency-proxy");
+
+/// The binary in front of `upstream`, once it accepts connections; its log is discarded.
+pub async fn start_binary(upstream: &str, extra: &[&str]) -> (tokio::process::Child, TestClient) {
+    start_binary_logging(upstream, extra, Stdio::null()).await
+}
+
+/// Like [`start_binary`], with the log going to `stderr`.
+pub async fn start_binary_logging(
+    upstream: &str,
+    extra: &[&str],
+    stderr: Stdio,
+) -> (tokio::process::Child, TestClient) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let child = tokio::process::Command::new(BIN)
+        .args(["--upstream", upstream, "--listen", &listen])
+        .args(extra)
+        .stderr(stderr)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(&listen).await.is_ok() {
+            return (child, TestClient::new(listen.parse().unwrap()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the proxy did not listen on {listen}");
+}
+
+pub fn sigterm(child: &tokio::process::Child) {
+    signal(child, "-TERM");
+}
+
+pub fn sigkill(child: &tokio::process::Child) {
+    signal(child, "-KILL");
+}
+
+fn signal(child: &tokio::process::Child, signal: &str) {
+    let pid = child.id().expect("the proxy is running").to_string();
+    assert!(Command::new("kill")
+        .args([signal, &pid])
+        .status()
+        .unwrap()
+        .success());
+}
+
+/// The exit code, waiting at most 10s for the process to end.
+pub async fn exit_code(mut child: tokio::process::Child) -> Option<i32> {
+    let waited = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    waited.expect("the proxy exits").unwrap().code()
+}

@@ -1,0 +1,135 @@
+//! The binary over the durable file store, through crashes and shutdowns: what was
+//! acknowledged survives a SIGKILL, a reservation left by a killed proxy frees after its lease,
+//! and a shutdown lets an operation whose client has gone record its outcome.
+
+mod common;
+
+use std::time::Duration;
+
+use common::binary::{exit_code, sigkill, sigterm, start_binary};
+use common::upstream::TestUpstream;
+
+/// A fresh store file for one test; removed when the test ends.
+struct StoreFile(std::path::PathBuf);
+
+impl StoreFile {
+    fn new(test: &str) -> Self {
+        let path = std::env::temp_dir().join(format!(
+            "idempotency-proxy-{test}-{}.db",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        Self(path)
+    }
+
+    fn spec(&self) -> String {
+        format!("file:{}", self.0.display())
+    }
+}
+
+impl Drop for StoreFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[tokio::test]
+async fn a_completed_key_replays_after_a_sigkill_and_an_in_flight_key_frees_after_its_lease() {
+    let upstream = TestUpstream::start().await;
+    let file = StoreFile::new("sigkill");
+    let args = [
+        "--store",
+        &file.spec(),
+        "--config",
+        &lease_config(&upstream.url()),
+    ];
+    let (first_proxy, client) = start_binary(&upstream.url(), &args).await;
+    let done = client.post("/v1/x", "done-before-crash", "{}").await;
+    assert_eq!(done.status, 201);
+    let in_flight_client = client.clone();
+    let interrupted = tokio::spawn(async move {
+        let slow = [
+            ("idempotency-key", "running-at-crash"),
+            ("x-delay-ms", "3000"),
+        ];
+        in_flight_client
+            .send_raw("POST", "/v1/x", &slow, "{}")
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sigkill(&first_proxy);
+    assert!(
+        interrupted.await.unwrap().is_err(),
+        "the killed proxy never answered"
+    );
+    drop(first_proxy);
+
+    let (second_proxy, client) = start_binary(&upstream.url(), &args).await;
+    let replay = client.post("/v1/x", "done-before-crash", "{}").await;
+    assert!(
+        replay.replayed(),
+        "an acknowledged completion survived the crash: {replay:?}"
+    );
+    assert_eq!(replay.body, done.body);
+    let during_lease = client.post("/v1/x", "running-at-crash", "{}").await;
+    assert_eq!(
+        during_lease.status, 409,
+        "the dead holder's lease still guards the key"
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let after_lease = client.post("/v1/x", "running-at-crash", "{}").await;
+    assert_eq!(
+        after_lease.status, 201,
+        "the key freed when the lease ran out: {after_lease:?}"
+    );
+    assert!(!after_lease.replayed());
+    sigterm(&second_proxy);
+    assert_eq!(exit_code(second_proxy).await, Some(0));
+}
+
+#[tokio::test]
+async fn shutdown_records_the_outcome_of_an_operation_whose_client_left() {
+    let upstream = TestUpstream::start().await;
+    let file = StoreFile::new("drain");
+    let args = ["--store", &file.spec()];
+    let (proxy, client) = start_binary(&upstream.url(), &args).await;
+    let leaving = client.clone();
+    let gone = tokio::spawn(async move {
+        let slow = [("idempotency-key", "client-left"), ("x-delay-ms", "800")];
+        leaving.send("POST", "/v1/x", &slow, "{}").await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    gone.abort();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    sigterm(&proxy);
+    assert_eq!(exit_code(proxy).await, Some(0));
+    assert_eq!(
+        upstream.executions_of("client-left"),
+        1,
+        "the operation ran to its end"
+    );
+
+    let (proxy, client) = start_binary(&upstream.url(), &args).await;
+    let retry = client.post("/v1/x", "client-left", "{}").await;
+    assert!(
+        retry.replayed(),
+        "the outcome was stored before the proxy exited: {retry:?}"
+    );
+    assert_eq!(upstream.executions_of("client-left"), 1);
+    sigterm(&proxy);
+    assert_eq!(exit_code(proxy).await, Some(0));
+}
+
+/// A config file with a short lease, so a dead holder's reservation frees within the test.
+fn lease_config(upstream: &str) -> String {
+    let path = std::env::temp_dir().join(format!(
+        "idempotency-proxy-crash-{}.toml",
+        std::process::id()
+    ));
+    std::fs::write(
+        &path,
+        format!("upstream = \"{upstream}\"\n[defaults]\nlease = \"1s\"\n"),
+    )
+    .unwrap();
+    path.display().to_string()
+}
