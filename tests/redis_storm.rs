@@ -97,3 +97,44 @@ async fn storm_in_wait_mode_gives_every_client_the_same_answer() {
     assert!(answers.iter().all(|a| a.body == answers[0].body));
     assert_eq!(answers.iter().filter(|a| !a.replayed()).count(), 1);
 }
+
+/// How long after the first request's answer a waiting duplicate on another replica gets the
+/// replay: the cost of polling the store instead of being told. Prints the figures; run with
+/// `cargo test --release --test redis_storm -- --ignored --nocapture wake_delay`.
+#[tokio::test]
+#[ignore]
+async fn wake_delay_across_replicas() {
+    let upstream = TestUpstream::start().await;
+    let defaults = "concurrent = \"wait\"\nwait_timeout = \"10s\"";
+    let Some((a, b)) = two_replicas("wake_delay", &upstream, defaults).await else {
+        return;
+    };
+    let mut delays = Vec::new();
+    for round in 0..20u64 {
+        let key = format!("wake-{round}");
+        let first_client = a.client.clone();
+        let first_key = key.clone();
+        let delay = format!("{}", 300 + round * 37);
+        let first = tokio::spawn(async move {
+            let headers = [
+                ("idempotency-key", first_key.as_str()),
+                ("x-delay-ms", delay.as_str()),
+            ];
+            first_client.send("POST", "/v1/x", &headers, "{}").await;
+            tokio::time::Instant::now()
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let waiter = b.client.post_owned("/v1/x", &key, "{}").await;
+        let replayed_at = tokio::time::Instant::now();
+        assert!(waiter.replayed());
+        delays.push(replayed_at.saturating_duration_since(first.await.unwrap()));
+    }
+    delays.sort();
+    println!(
+        "wake delay across replicas over {} rounds: min {:?}, median {:?}, max {:?}",
+        delays.len(),
+        delays[0],
+        delays[delays.len() / 2],
+        delays[delays.len() - 1]
+    );
+}

@@ -31,7 +31,7 @@ use crate::BoxError;
 /// How long a duplicate waits before asking the store again (`concurrent = "wait"`), doubling
 /// up to the maximum: short enough to replay promptly, long enough not to hammer the store.
 const WAIT_FIRST_PAUSE: Duration = Duration::from_millis(10);
-const WAIT_MAX_PAUSE: Duration = Duration::from_millis(250);
+const WAIT_MAX_PAUSE: Duration = Duration::from_millis(50);
 /// What `Retry-After` tells a duplicate that was refused while the first is in flight.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -292,7 +292,7 @@ impl Handler {
 
     /// Asks the store again until the first request with the key has finished or `wait_timeout`
     /// runs out. A finish in this process wakes the wait at once; one on another replica is
-    /// seen at the next poll, the pause between polls doubling from 10ms up to 250ms.
+    /// seen at the next poll, the pause between polls doubling from 10ms up to 50ms.
     async fn wait_for_first(&self, request: &KeyedRequest) -> Result<Reservation, StoreError> {
         let storage_key = request.key.storage_key();
         let notify = self.waiters.subscribe(&storage_key);

@@ -124,3 +124,11 @@ impl TestClient {
         Ok(response.status())
     }
 }
+
+impl TestClient {
+    /// A keyed POST whose key is not `'static`.
+    pub async fn post_owned(&self, path: &str, key: &str, body: &'static str) -> Answer {
+        self.send("POST", path, &[("idempotency-key", key)], body)
+            .await
+    }
+}
