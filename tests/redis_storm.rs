@@ -100,7 +100,7 @@ async fn storm_in_wait_mode_gives_every_client_the_same_answer() {
 
 /// How long after the first request's answer a waiting duplicate on another replica gets the
 /// replay: the cost of polling the store instead of being told. Prints the figures; run with
-/// `cargo test --release --test redis_storm -- --ignored --nocapture wake_delay`.
+/// `cargo test --test redis_storm -- --ignored --nocapture wake_delay`.
 #[tokio::test]
 #[ignore]
 async fn wake_delay_across_replicas() {
