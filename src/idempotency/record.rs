@@ -61,6 +61,19 @@ pub struct InFlightRecord {
     pub created_at: SystemTime,
 }
 
+impl InFlightRecord {
+    /// The record a new reservation writes, under a fresh token.
+    pub fn fresh(fingerprint: Fingerprint) -> (FencingToken, Record) {
+        let token = FencingToken::generate();
+        let record = Record::InFlight(InFlightRecord {
+            fingerprint,
+            token,
+            created_at: SystemTime::now(),
+        });
+        (token, record)
+    }
+}
+
 /// The response body as stored: kept byte for byte, or not kept because it was too large.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoredBody {

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::time::Instant;
@@ -97,12 +97,7 @@ impl Store for MemoryStore {
         if let Some((record, _)) = entries.live(&storage_key, now) {
             return Ok(record.clone().into());
         }
-        let token = FencingToken::generate();
-        let record = Record::InFlight(InFlightRecord {
-            fingerprint,
-            token,
-            created_at: SystemTime::now(),
-        });
+        let (token, record) = InFlightRecord::fresh(fingerprint);
         entries.insert(storage_key, record, now + lease);
         Ok(Reservation::Acquired(token))
     }

@@ -29,7 +29,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -226,12 +226,7 @@ impl<C: RedisConnection> Store for RedisStore<C> {
         fingerprint: Fingerprint,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
-        let token = FencingToken::generate();
-        let record = Record::InFlight(InFlightRecord {
-            fingerprint,
-            token,
-            created_at: SystemTime::now(),
-        });
+        let (token, record) = InFlightRecord::fresh(fingerprint);
         let (encoded, lease) = (record.encode(), millis(lease));
         let args: [&[u8]; 2] = [&encoded, lease.as_bytes()];
         let call = RESERVE.on(self.key(key), &args);

@@ -26,7 +26,7 @@ mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -178,12 +178,7 @@ impl Store for FileStore {
         fingerprint: Fingerprint,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
-        let token = FencingToken::generate();
-        let record = Record::InFlight(InFlightRecord {
-            fingerprint,
-            token,
-            created_at: SystemTime::now(),
-        });
+        let (token, record) = InFlightRecord::fresh(fingerprint);
         let value = tables::unstamped(&record.encode());
         let key = key.storage_key();
         match self
