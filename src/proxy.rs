@@ -9,10 +9,12 @@
 //!   upstream said, and "never sent" can be told from "sent, then lost".
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 use tower::Layer;
 
@@ -30,7 +32,7 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
-        addr: std::net::SocketAddr,
+        addr: SocketAddr,
         source: std::io::Error,
     },
 }
@@ -107,7 +109,7 @@ impl Proxy {
     }
 }
 
-async fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, StartError> {
+async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
     TcpListener::bind(addr)
         .await
         .map_err(|source| StartError::Bind { addr, source })
@@ -121,16 +123,10 @@ pub async fn serve(
     admin::describe_metrics();
     let proxy = Proxy::open(&settings).await?;
     let listener = bind(settings.listen).await?;
-    let (stop_admin, admin_stopped) = tokio::sync::watch::channel(());
-    if let Some(addr) = settings.admin_listen {
-        let admin_listener = bind(addr).await?;
-        let mut stopped = admin_stopped.clone();
-        let admin = axum::serve(admin_listener, proxy.admin()).with_graceful_shutdown(async move {
-            let _ = stopped.changed().await;
-        });
-        tokio::spawn(async move { admin.await });
-        tracing::info!(%addr, "admin listening");
-    }
+    let admin = match settings.admin_listen {
+        Some(addr) => Some(spawn_admin(&proxy, addr).await?),
+        None => None,
+    };
     tracing::info!(listen = %settings.listen, store = %settings.store, routes = settings.routes.len(), "proxy listening");
     // One drain budget for both: open connections, then operations whose clients have gone.
     let requested = Arc::new(OnceLock::new());
@@ -147,7 +143,20 @@ pub async fn serve(
     if left > 0 {
         tracing::warn!(left, "drain timed out with operations still running; their keys free when their leases run out");
     }
-    let _ = stop_admin.send(());
+    drop(admin);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Serves the admin endpoints on `addr` until the returned sender is dropped. They stay up
+/// through the drain, so probes and metrics can watch it.
+async fn spawn_admin(proxy: &Proxy, addr: SocketAddr) -> Result<oneshot::Sender<()>, StartError> {
+    let listener = bind(addr).await?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let admin = axum::serve(listener, proxy.admin()).with_graceful_shutdown(async move {
+        let _ = stopped.await;
+    });
+    tokio::spawn(async move { admin.await });
+    tracing::info!(%addr, "admin listening");
+    Ok(stop)
 }
