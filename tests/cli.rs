@@ -199,3 +199,32 @@ async fn log_lines_name_route_and_outcome_but_never_a_key_a_secret_or_a_body() {
         "the hash correlates the retry with the first"
     );
 }
+
+#[tokio::test]
+async fn the_admin_listener_serves_probes_and_metrics_beside_the_proxy() {
+    let upstream = TestUpstream::start().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let admin_addr = format!("127.0.0.1:{port}");
+    let args = ["--store", "memory", "--admin-listen", &admin_addr];
+    let (child, client) = start_binary(&upstream.url(), &args).await;
+    client.post("/v1/x", "admin-bin", "{}").await;
+    let admin = common::client::TestClient::new(admin_addr.parse().unwrap());
+    assert_eq!(admin.send("GET", "/healthz", &[], "").await.status, 200);
+    assert_eq!(admin.send("GET", "/readyz", &[], "").await.status, 200);
+    let metrics = admin.send("GET", "/metrics", &[], "").await;
+    let text = String::from_utf8_lossy(&metrics.body);
+    assert!(
+        text.contains("idempotency_requests_total{route=\"default\",outcome=\"forwarded\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("idempotency_upstream_seconds_bucket"),
+        "latency is a histogram: {text}"
+    );
+    sigterm(&child);
+    assert_eq!(exit_code(child).await, Some(0));
+}
