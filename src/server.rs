@@ -1,6 +1,7 @@
 //! Accepting connections: HTTP/1.1 and h2c on one listener within the configured [`Limits`],
 //! ambiguously framed requests refused, and a graceful drain on shutdown.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -136,22 +137,7 @@ fn serve_connection(
     } = connection;
     let _ = stream.set_nodelay(true);
     let verdicts = Verdicts::new();
-    let service = hyper::service::service_fn({
-        let verdicts = verdicts.clone();
-        move |mut request: Request<Incoming>| {
-            request.extensions_mut().insert(ClientAddr(peer));
-            let refusal = verdicts
-                .next_request()
-                .or_else(|| framing::check_headers(request.headers()).err());
-            let router = router.clone();
-            async move {
-                match refusal {
-                    Some(reason) => Ok(refuse(&router, reason, request.version(), peer)),
-                    None => router.handle(request).await,
-                }
-            }
-        }
-    });
+    let service = connection_service(router, peer, verdicts.clone());
     let io = FramingGuard::new(stream, limits.max_header_bytes.as_usize(), verdicts);
     let builder = builder.clone();
     // Taken now, so a drain also waits for a client still sending its first bytes (at most
@@ -170,6 +156,34 @@ fn serve_connection(
             tracing::debug!(error = %e, %peer, "connection ended with an error");
         }
     });
+}
+
+/// What serves one connection's requests: refuses those whose framing is ambiguous, routes
+/// the rest.
+fn connection_service(
+    router: Router,
+    peer: SocketAddr,
+    verdicts: Arc<Verdicts>,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future: Send + 'static,
+> + Send
+       + 'static {
+    hyper::service::service_fn(move |mut request: Request<Incoming>| {
+        request.extensions_mut().insert(ClientAddr(peer));
+        let refusal = verdicts
+            .next_request()
+            .or_else(|| framing::check_headers(request.headers()).err());
+        let router = router.clone();
+        async move {
+            match refusal {
+                Some(reason) => Ok(refuse(&router, reason, request.version(), peer)),
+                None => router.handle(request).await,
+            }
+        }
+    })
 }
 
 /// Waits, at most `timeout`, until the client has sent enough to tell HTTP/1 from HTTP/2 (or has
