@@ -188,6 +188,20 @@ async fn slow_and_silent_clients_are_disconnected() {
         );
     }
     assert!(upstream.seen().is_empty());
+    // An idle keep-alive connection is a client that has not sent its next head.
+    let mut idle = TcpStream::connect(proxy.addr).await.unwrap();
+    idle.write_all(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(
+        read_response(&mut idle, Duration::from_secs(5))
+            .await
+            .unwrap()
+            .0,
+        201
+    );
+    let closed = timeout(Duration::from_secs(5), idle.read(&mut [0u8; 1])).await;
+    assert!(matches!(closed, Ok(Ok(0))), "{closed:?}");
 }
 
 #[tokio::test]
@@ -239,4 +253,29 @@ async fn connections_past_the_cap_wait_for_a_slot() {
         .await
         .expect("served once a slot is free");
     assert_eq!(status, 201);
+}
+
+#[tokio::test]
+async fn oversized_http2_header_lists_get_431() {
+    let upstream = TestUpstream::start().await;
+    let proxy = proxy(&upstream, "max_header_bytes = \"8KiB\"").await;
+    let stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let request = |pad: usize| {
+        http::Request::get(format!("http://{}/a", proxy.addr))
+            .header("x-pad", "a".repeat(pad))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap()
+    };
+    let fits = sender.send_request(request(1000)).await.unwrap();
+    assert_eq!(fits.status(), 201);
+    let answer = sender.send_request(request(16 * 1024)).await;
+    let status = answer.as_ref().map(|r| r.status().as_u16());
+    assert!(matches!(status, Ok(431)), "{answer:?}");
+    assert_eq!(upstream.seen().len(), 1);
 }
