@@ -76,6 +76,10 @@ pub enum ProxyError {
     NoRoute,
     #[error("the request body could not be read")]
     UnreadableBody,
+    /// Ambiguous message framing (RFC 9112 section 6): refused rather than guessed at, as a
+    /// guess that differs from the upstream's is how requests are smuggled.
+    #[error("{0}")]
+    BadRequest(&'static str),
 }
 
 #[derive(Serialize)]
@@ -99,7 +103,7 @@ impl ProxyError {
             ProxyError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
-            ProxyError::UnreadableBody => StatusCode::BAD_REQUEST,
+            ProxyError::UnreadableBody | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -117,6 +121,7 @@ impl ProxyError {
             ProxyError::StoreUnavailable => "store-unavailable",
             ProxyError::NoRoute => "no-route",
             ProxyError::UnreadableBody => "unreadable-body",
+            ProxyError::BadRequest(_) => "bad-request",
         }
     }
 
@@ -133,6 +138,7 @@ impl ProxyError {
             ProxyError::StoreUnavailable => "Idempotency store unavailable",
             ProxyError::NoRoute => "Not found",
             ProxyError::UnreadableBody => "Request body unreadable",
+            ProxyError::BadRequest(_) => "Bad request",
         }
     }
 

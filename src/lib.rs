@@ -10,6 +10,7 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod framing;
 mod headers;
 pub mod idempotency;
 pub mod proxy;

@@ -135,7 +135,14 @@ pub async fn serve(
         shutdown.await;
         let _ = noted.set(Instant::now());
     };
-    server::run(listener, proxy.router(), shutdown, settings.drain_timeout).await;
+    server::run(
+        listener,
+        proxy.router(),
+        settings.limits,
+        shutdown,
+        settings.drain_timeout,
+    )
+    .await;
     let spent = requested.get().map_or(Duration::ZERO, Instant::elapsed);
     let left = proxy
         .finish_executions(settings.drain_timeout.saturating_sub(spent))

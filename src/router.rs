@@ -59,6 +59,11 @@ impl Router {
         })
     }
 
+    /// The problem response for an error the proxy makes itself.
+    pub fn problem(&self, error: &ProxyError) -> Response<Body> {
+        error.to_response(&self.problem_base)
+    }
+
     /// Routes the request and answers it; upstream failures become problem responses.
     pub async fn handle(&self, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
         let Some(route) = self.select(&request) else {
@@ -67,10 +72,23 @@ impl Router {
         let name = route.name.clone();
         let service = route.service.clone();
         Ok(service.oneshot(request).await.unwrap_or_else(|error| {
+            if client_body_failed(error.as_ref()) {
+                tracing::info!(route = %name, error = %error, "the client's request body broke off");
+                return ProxyError::UnreadableBody.to_response(&self.problem_base);
+            }
             tracing::warn!(route = %name, error = %error, "upstream unavailable");
             ProxyError::UpstreamUnavailable.to_response(&self.problem_base)
         }))
     }
+}
+
+/// Whether forwarding failed on the client's side: a streamed body that was malformed (a bad
+/// chunk size) or cut short. hyper's client reports the body it was given failing as a user
+/// error; the upstream is not to blame, and never received a whole request.
+fn client_body_failed(error: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(error), |e| e.source())
+        .filter_map(|e| e.downcast_ref::<hyper::Error>())
+        .any(hyper::Error::is_user)
 }
 
 /// The host a request was sent to: `Host`, or the URI authority (HTTP/2), without the port.

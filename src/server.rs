@@ -1,41 +1,80 @@
-//! Accepting connections: HTTP/1.1 and h2c on one listener, and a graceful drain on shutdown.
+//! Accepting connections: HTTP/1.1 and h2c on one listener within the configured [`Limits`],
+//! ambiguously framed requests refused, and a graceful drain on shutdown.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Body;
+use http::{header, HeaderValue, Response, Version};
 use hyper::body::Incoming;
 use hyper::Request;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::error::ProxyError;
+use crate::framing::{self, FramingGuard, Verdicts};
 use crate::router::Router;
+use crate::units::ByteSize;
 use crate::upstream::ClientAddr;
 
-/// A client that has not sent its request headers by then is disconnected.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// What one client may cost the proxy (SPEC section 8, top-level keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// A client that has not sent a whole request head by then is disconnected.
+    pub header_read_timeout: Duration,
+    /// The largest request head (HTTP/1) or header list (HTTP/2); larger gets `431`.
+    pub max_header_bytes: ByteSize,
+    /// Client connections served at once; past it the accept loop waits for one to close.
+    pub max_connections: usize,
+}
+
+impl Limits {
+    /// hyper refuses a read buffer smaller than this.
+    pub const MIN_HEADER_BYTES: ByteSize = ByteSize::kib(8);
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            max_header_bytes: ByteSize::kib(64),
+            max_connections: 10_000,
+        }
+    }
+}
 
 /// Serves `router` on `listener` until `shutdown` resolves, then stops accepting and lets the
 /// open connections finish, for at most `drain_timeout`.
 pub async fn run(
     listener: TcpListener,
     router: Router,
+    limits: Limits,
     shutdown: impl Future<Output = ()>,
     drain_timeout: Duration,
 ) {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let builder = builder(&limits);
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
+        // Waiting for a slot before accepting leaves further clients in the listen backlog,
+        // where they cost nothing, instead of accepting and dropping them.
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+            () = &mut shutdown => break,
+        };
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => serve_connection(&builder, &graceful, stream, peer, router.clone()),
+                Ok((stream, peer)) => {
+                    let connection = Connection { stream, peer, slot, limits };
+                    serve_connection(&builder, &graceful, connection, router.clone());
+                }
                 // Running out of file descriptors must not spin the loop.
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
@@ -58,28 +97,131 @@ pub async fn run(
     }
 }
 
+fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(
+            limits
+                .max_header_bytes
+                .max(Limits::MIN_HEADER_BYTES)
+                .as_usize(),
+        );
+    builder
+        .http2()
+        .max_header_list_size(u32::try_from(limits.max_header_bytes.as_u64()).unwrap_or(u32::MAX));
+    builder
+}
+
+/// An accepted client and the connection slot it holds until it is gone.
+struct Connection {
+    stream: TcpStream,
+    peer: SocketAddr,
+    slot: OwnedSemaphorePermit,
+    limits: Limits,
+}
+
 fn serve_connection(
     builder: &auto::Builder<TokioExecutor>,
     graceful: &GracefulShutdown,
-    stream: TcpStream,
-    peer: SocketAddr,
+    connection: Connection,
     router: Router,
 ) {
+    let Connection {
+        stream,
+        peer,
+        slot,
+        limits,
+    } = connection;
     let _ = stream.set_nodelay(true);
-    let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
-        request.extensions_mut().insert(ClientAddr(peer));
-        let router = router.clone();
-        async move { router.handle(request).await }
-    });
-    let connection = builder
-        .serve_connection(TokioIo::new(stream), service)
-        .into_owned();
-    let connection = graceful.watch(connection);
+    let verdicts = Verdicts::new();
+    let service = connection_service(router, peer, verdicts.clone());
+    let io = FramingGuard::new(stream, limits.max_header_bytes.as_usize(), verdicts);
+    let builder = builder.clone();
+    // Taken now, so a drain also waits for a client still sending its first bytes (at most
+    // the header read time-out).
+    let watcher = graceful.watcher();
     tokio::spawn(async move {
-        if let Err(e) = connection.await {
+        let _slot = slot;
+        if !request_started(io.get_ref(), limits.header_read_timeout).await {
+            tracing::debug!(%peer, "no request within the header read time-out");
+            return;
+        }
+        let connection = builder
+            .serve_connection(TokioIo::new(io), service)
+            .into_owned();
+        if let Err(e) = watcher.watch(connection).await {
             tracing::debug!(error = %e, %peer, "connection ended with an error");
         }
     });
+}
+
+/// What serves one connection's requests: refuses those whose framing is ambiguous, routes
+/// the rest.
+fn connection_service(
+    router: Router,
+    peer: SocketAddr,
+    verdicts: Arc<Verdicts>,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future: Send + 'static,
+> + Send
+       + 'static {
+    hyper::service::service_fn(move |mut request: Request<Incoming>| {
+        request.extensions_mut().insert(ClientAddr(peer));
+        let refusal = verdicts
+            .next_request()
+            .or_else(|| framing::check_headers(request.headers()).err());
+        let router = router.clone();
+        async move {
+            match refusal {
+                Some(reason) => Ok(refuse(&router, reason, request.version(), peer)),
+                None => router.handle(request).await,
+            }
+        }
+    })
+}
+
+/// Waits, at most `timeout`, until the client has sent enough to tell HTTP/1 from HTTP/2 (or has
+/// closed). hyper-util reads those bytes with no time-out of its own, and hyper's header
+/// time-out starts only after them: without this a client that connects and stays silent would
+/// hold its connection slot for ever.
+async fn request_started(stream: &TcpStream, timeout: Duration) -> bool {
+    const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let decided = async {
+        let mut seen = [0u8; 24];
+        loop {
+            let n = stream.peek(&mut seen).await?;
+            if n == 0 || n == seen.len() || seen[..n] != H2_PREFACE[..n] {
+                return Ok::<_, std::io::Error>(());
+            }
+            // A prefix of the HTTP/2 preface: the rest is on its way.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    matches!(tokio::time::timeout(timeout, decided).await, Ok(Ok(())))
+}
+
+/// The answer to an ambiguously framed request; on HTTP/1 the connection is closed after it,
+/// as nothing that follows on it can be trusted to start where the client meant.
+fn refuse(
+    router: &Router,
+    reason: &'static str,
+    version: Version,
+    peer: SocketAddr,
+) -> Response<Body> {
+    tracing::warn!(%peer, reason, "refused an ambiguously framed request");
+    let mut response = router.problem(&ProxyError::BadRequest(reason));
+    if version < Version::HTTP_2 {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }
 
 /// Resolves on Ctrl-C or SIGTERM: the signals that ask for a drain.

@@ -31,6 +31,13 @@ pub struct RawFile {
     pub drain_timeout: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_token: Option<Spanned<String>>,
+    // The limits (see `limits.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header_read_timeout: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_header_bytes: Option<Spanned<ByteSize>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<Spanned<i64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub defaults: Option<PolicyTable>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -17,6 +17,7 @@ use crate::idempotency::policy::Policy;
 use crate::store::StoreSpec;
 
 mod file;
+mod limits;
 mod policy;
 mod print;
 mod resolve;
@@ -54,6 +55,8 @@ pub struct Settings {
     /// The bearer token the admin endpoints `/metrics` and `/keys` require, if any.
     pub admin_token: Option<crate::secret::Secret>,
     pub problem_base: Arc<ProblemBase>,
+    /// What one client may cost: header time-out and size, connections at once.
+    pub limits: crate::server::Limits,
     /// Configured routes in file order, then the route `default` if there is a top-level upstream.
     pub routes: Vec<RouteSettings>,
 }

@@ -11,7 +11,7 @@ use crate::idempotency::policy::{KeySource, Policy};
 use toml::Spanned;
 
 pub fn to_toml(settings: &Settings) -> String {
-    let raw = RawFile {
+    let mut raw = RawFile {
         listen: unspanned(settings.listen.to_string()),
         admin_listen: settings.admin_listen.and_then(|a| unspanned(a.to_string())),
         store: unspanned(settings.store.to_string()),
@@ -25,7 +25,9 @@ pub fn to_toml(settings: &Settings) -> String {
             .and_then(|t| unspanned(t.reference().to_owned())),
         defaults: None,
         routes: settings.routes.iter().map(route).collect(),
+        ..RawFile::default()
     };
+    super::limits::print(&settings.limits, &mut raw);
     // Every value is a string, number, bool or array of them, which TOML can always represent.
     toml::to_string(&raw).unwrap_or_else(|e| format!("# cannot print the configuration: {e}\n"))
 }

@@ -70,6 +70,7 @@ fn origin(src: &Source, given: &Given) -> String {
 }
 
 pub fn resolve(src: &Source, raw: RawFile, cli: &Cli) -> Result<Settings, ConfigError> {
+    let limits = super::limits::resolve(src, &raw)?;
     let problem_base = Arc::new(problem_base(src, raw.problem_base.as_ref())?);
     let mut defaults = Policy::new(RouteName::new(RouteName::DEFAULT).expect("a valid route name"));
     defaults.problem_base = Arc::clone(&problem_base);
@@ -91,6 +92,7 @@ pub fn resolve(src: &Source, raw: RawFile, cli: &Cli) -> Result<Settings, Config
             .map(|token| check(src, token, "admin_token", Secret::resolve))
             .transpose()?,
         problem_base,
+        limits,
         routes,
     })
 }

@@ -55,6 +55,7 @@ impl TestProxy {
         let stopped = tokio::spawn(server::run(
             listener,
             proxy.router(),
+            settings.limits,
             shutdown,
             Duration::from_secs(5),
         ));

@@ -1,0 +1,285 @@
+//! Refusing request smuggling: requests whose body length could be read two ways.
+//!
+//! A proxy and its upstream must agree where one request ends and the next begins. RFC 9112
+//! section 6.3 lets an intermediary forward a request with both `Content-Length` and
+//! `Transfer-Encoding` after dropping the length, and hyper does exactly that, silently: the
+//! proxy never sees the `Content-Length`. So the bytes are watched on their way into hyper
+//! ([`FramingGuard`]), and a request whose head is ambiguous is answered `400 bad-request`
+//! instead of being forwarded. hyper itself refuses differing `Content-Length` values, a
+//! `Transfer-Encoding` whose last coding is not `chunked`, and malformed chunk sizes.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::HeaderMap;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// How a request head says its body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// The framing of a request head given as (name, value) pairs, or why it is ambiguous.
+pub fn framing<'a>(
+    headers: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+) -> Result<Framing, &'static str> {
+    let (mut length, mut chunked, mut codings) = (None, false, 0);
+    for (name, value) in headers {
+        if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            codings += 1;
+            chunked = value.trim_ascii().eq_ignore_ascii_case(b"chunked");
+        } else if name.eq_ignore_ascii_case(b"content-length") {
+            for part in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                let n = std::str::from_utf8(part)
+                    .ok()
+                    .filter(|p| p.bytes().all(|b| b.is_ascii_digit()));
+                let n = n
+                    .and_then(|p| p.parse::<u64>().ok())
+                    .ok_or("invalid Content-Length")?;
+                if length.is_some_and(|l| l != n) {
+                    return Err("conflicting Content-Length values");
+                }
+                length = Some(n);
+            }
+        }
+    }
+    match (codings, length) {
+        (0, None) => Ok(Framing::None),
+        (0, Some(n)) => Ok(Framing::Length(n)),
+        (_, Some(_)) => Err("both Content-Length and Transfer-Encoding"),
+        (1, None) if chunked => Ok(Framing::Chunked),
+        _ => Err("Transfer-Encoding other than exactly \"chunked\""),
+    }
+}
+
+/// The check on a parsed request, for what reaches the service whatever the guard saw.
+pub fn check_headers(headers: &HeaderMap) -> Result<(), &'static str> {
+    framing(
+        headers
+            .iter()
+            .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
+    )
+    .map(drop)
+}
+
+/// What the guard of one connection found: the ordinal of the first ambiguous request head.
+#[derive(Debug)]
+pub struct Verdicts {
+    first_bad: AtomicUsize,
+    reason: std::sync::OnceLock<&'static str>,
+    served: AtomicUsize,
+}
+
+impl Verdicts {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            first_bad: AtomicUsize::new(usize::MAX),
+            reason: std::sync::OnceLock::new(),
+            served: AtomicUsize::new(0),
+        })
+    }
+
+    /// Called once per request, in order (HTTP/1 serves a connection's requests one by one):
+    /// why this request must be refused, if it must.
+    pub fn next_request(&self) -> Option<&'static str> {
+        let ordinal = self.served.fetch_add(1, Ordering::SeqCst);
+        (ordinal >= self.first_bad.load(Ordering::SeqCst))
+            .then(|| *self.reason.get().unwrap_or(&"ambiguous framing"))
+    }
+
+    fn refuse(&self, ordinal: usize, reason: &'static str) {
+        let _ = self.reason.set(reason);
+        self.first_bad.fetch_min(ordinal, Ordering::SeqCst);
+    }
+}
+
+/// Where the guard is in the byte stream of an HTTP/1 connection.
+#[derive(Debug)]
+enum State {
+    Head,
+    Body(u64),
+    ChunkLine,
+    /// Chunk data plus its closing CRLF.
+    ChunkData(u64),
+    Trailers,
+    /// Not HTTP/1 any more (h2, an upgrade) or past what it can follow: hyper's own checks apply.
+    Off,
+}
+
+/// Reads through to the socket and follows the request framing, recording ambiguous heads in
+/// [`Verdicts`] before hyper parses them.
+#[derive(Debug)]
+pub struct FramingGuard<IO> {
+    io: IO,
+    state: State,
+    pending: Vec<u8>,
+    heads: usize,
+    max_head: usize,
+    verdicts: Arc<Verdicts>,
+}
+
+impl<IO> FramingGuard<IO> {
+    /// `max_head` bounds what is buffered for one head; past it hyper refuses the request anyway.
+    pub fn new(io: IO, max_head: usize, verdicts: Arc<Verdicts>) -> Self {
+        Self {
+            io,
+            state: State::Head,
+            pending: Vec::new(),
+            heads: 0,
+            max_head,
+            verdicts,
+        }
+    }
+
+    pub fn get_ref(&self) -> &IO {
+        &self.io
+    }
+
+    fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            data = match self.state {
+                State::Off => return,
+                State::Body(left) => {
+                    let take = left.min(data.len() as u64);
+                    self.state = if take == left {
+                        State::Head
+                    } else {
+                        State::Body(left - take)
+                    };
+                    &data[take as usize..]
+                }
+                State::ChunkData(left) => {
+                    let take = left.min(data.len() as u64);
+                    self.state = if take == left {
+                        State::ChunkLine
+                    } else {
+                        State::ChunkData(left - take)
+                    };
+                    &data[take as usize..]
+                }
+                State::Head => self.buffer(data, |g| g.head()),
+                State::ChunkLine | State::Trailers => self.buffer(data, |g| g.line()),
+            };
+        }
+    }
+
+    /// Adds `data` to the pending bytes and lets `step` consume a complete unit of them; returns
+    /// what is left of `data` for the next state.
+    fn buffer<'d>(&mut self, data: &'d [u8], step: fn(&mut Self) -> Option<usize>) -> &'d [u8] {
+        let before = self.pending.len();
+        self.pending.extend_from_slice(data);
+        match step(self) {
+            Some(used) => {
+                let rest = used.saturating_sub(before).min(data.len());
+                self.pending.clear();
+                &data[rest..]
+            }
+            None if self.pending.len() > self.max_head => {
+                self.state = State::Off;
+                &[]
+            }
+            None => &[],
+        }
+    }
+
+    /// A complete head in `pending`: its length, after recording its verdict.
+    fn head(&mut self) -> Option<usize> {
+        let mut headers = [httparse::EMPTY_HEADER; 128];
+        let mut request = httparse::Request::new(&mut headers);
+        let len = match request.parse(&self.pending) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) => return None,
+            Err(_) => return self.off(),
+        };
+        let ordinal = self.heads;
+        self.heads += 1;
+        let upgrade = request.method == Some("CONNECT")
+            || request
+                .headers
+                .iter()
+                .any(|h| h.name.eq_ignore_ascii_case("upgrade"));
+        self.state = match framing(request.headers.iter().map(|h| (h.name.as_bytes(), h.value))) {
+            Err(reason) => {
+                self.verdicts.refuse(ordinal, reason);
+                State::Off
+            }
+            Ok(_) if upgrade => State::Off,
+            Ok(Framing::None) => State::Head,
+            Ok(Framing::Length(n)) => State::Body(n),
+            Ok(Framing::Chunked) => State::ChunkLine,
+        };
+        Some(len)
+    }
+
+    /// A complete line of a chunked body in `pending`: its length, after moving on.
+    fn line(&mut self) -> Option<usize> {
+        let end = self.pending.iter().position(|&b| b == b'\n')? + 1;
+        let line = self.pending[..end].trim_ascii();
+        self.state = match self.state {
+            State::Trailers if line.is_empty() => State::Head,
+            State::Trailers => State::Trailers,
+            _ => {
+                let size = line
+                    .split(|&b| b == b';')
+                    .next()
+                    .unwrap_or_default()
+                    .trim_ascii();
+                match std::str::from_utf8(size)
+                    .ok()
+                    .and_then(|s| u64::from_str_radix(s, 16).ok())
+                {
+                    Some(0) => State::Trailers,
+                    Some(n) => State::ChunkData(n.saturating_add(2)),
+                    // hyper refuses the body itself.
+                    None => State::Off,
+                }
+            }
+        };
+        Some(end)
+    }
+
+    fn off(&mut self) -> Option<usize> {
+        self.state = State::Off;
+        self.pending = Vec::new();
+        None
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for FramingGuard<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            self.feed(&buf.filled()[before..]);
+        }
+        polled
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for FramingGuard<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
