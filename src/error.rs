@@ -76,6 +76,8 @@ pub enum ProxyError {
     NoRoute,
     #[error("the request body could not be read")]
     UnreadableBody,
+    #[error("the webhook signature was refused: {0}")]
+    BadSignature(&'static str),
 }
 
 #[derive(Serialize)]
@@ -100,6 +102,7 @@ impl ProxyError {
             ProxyError::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::UnreadableBody => StatusCode::BAD_REQUEST,
+            ProxyError::BadSignature(_) => StatusCode::UNAUTHORIZED,
         }
     }
 
@@ -117,6 +120,7 @@ impl ProxyError {
             ProxyError::StoreUnavailable => "store-unavailable",
             ProxyError::NoRoute => "no-route",
             ProxyError::UnreadableBody => "unreadable-body",
+            ProxyError::BadSignature(_) => "bad-signature",
         }
     }
 
@@ -133,6 +137,7 @@ impl ProxyError {
             ProxyError::StoreUnavailable => "Idempotency store unavailable",
             ProxyError::NoRoute => "Not found",
             ProxyError::UnreadableBody => "Request body unreadable",
+            ProxyError::BadSignature(_) => "Webhook signature invalid",
         }
     }
 

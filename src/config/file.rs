@@ -31,6 +31,10 @@ pub struct RawFile {
     pub drain_timeout: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_token: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encryption_key: Option<Spanned<String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub encryption_old_keys: Vec<Spanned<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub defaults: Option<PolicyTable>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -122,6 +126,7 @@ policy_keys! {
     on_store_error: StoreErrorPolicy,
     replay_exclude_headers: Vec<String>,
     replay_cache_ttl: String,
+    verify: super::crypto::VerifyTable,
 }
 
 /// Wraps a value for printing; spans only matter for values read from a file.

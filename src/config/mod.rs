@@ -16,6 +16,7 @@ use crate::error::ProblemBase;
 use crate::idempotency::policy::Policy;
 use crate::store::StoreSpec;
 
+mod crypto;
 mod file;
 mod policy;
 mod print;
@@ -53,6 +54,8 @@ pub struct Settings {
     pub drain_timeout: Duration,
     /// The bearer token the admin endpoints `/metrics` and `/keys` require, if any.
     pub admin_token: Option<crate::secret::Secret>,
+    /// The keys completed records are sealed with (`encryption_key`, `encryption_old_keys`).
+    pub encryption: Option<crate::store::SealingKeys>,
     pub problem_base: Arc<ProblemBase>,
     /// Configured routes in file order, then the route `default` if there is a top-level upstream.
     pub routes: Vec<RouteSettings>,
