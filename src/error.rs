@@ -80,6 +80,8 @@ pub enum ProxyError {
     /// guess that differs from the upstream's is how requests are smuggled.
     #[error("{0}")]
     BadRequest(&'static str),
+    #[error("the webhook signature was refused: {0}")]
+    BadSignature(&'static str),
 }
 
 #[derive(Serialize)]
@@ -104,6 +106,7 @@ impl ProxyError {
             ProxyError::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::UnreadableBody | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ProxyError::BadSignature(_) => StatusCode::UNAUTHORIZED,
         }
     }
 
@@ -122,6 +125,7 @@ impl ProxyError {
             ProxyError::NoRoute => "no-route",
             ProxyError::UnreadableBody => "unreadable-body",
             ProxyError::BadRequest(_) => "bad-request",
+            ProxyError::BadSignature(_) => "bad-signature",
         }
     }
 
@@ -139,6 +143,7 @@ impl ProxyError {
             ProxyError::NoRoute => "Not found",
             ProxyError::UnreadableBody => "Request body unreadable",
             ProxyError::BadRequest(_) => "Bad request",
+            ProxyError::BadSignature(_) => "Webhook signature invalid",
         }
     }
 

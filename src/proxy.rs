@@ -22,7 +22,7 @@ use crate::config::Settings;
 use crate::idempotency::{IdempotencyLayer, Policy, ReplayCache};
 use crate::router::{Route, Router};
 use crate::secret::Secret;
-use crate::store::{self, Store, StoreError};
+use crate::store::{self, SealedStore, Store, StoreError};
 use crate::{admin, server, upstream};
 
 /// Why the proxy could not start.
@@ -53,8 +53,13 @@ pub struct Proxy {
 const REPLAY_CACHE_BUDGET: usize = 8 * 1024 * 1024;
 
 impl Proxy {
-    /// Builds the routes over an already opened store.
+    /// Builds the routes over an already opened store, sealing its records when the settings
+    /// name an encryption key.
     pub fn with_store(settings: &Settings, store: Arc<dyn Store>) -> Self {
+        let store = match &settings.encryption {
+            Some(keys) => Arc::new(SealedStore::new(store, keys.clone())),
+            None => store,
+        };
         let client = upstream::client();
         let executions = TaskTracker::new();
         let replay_cache = Arc::new(ReplayCache::new(REPLAY_CACHE_BUDGET));

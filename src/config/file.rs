@@ -38,6 +38,10 @@ pub struct RawFile {
     pub max_header_bytes: Option<Spanned<ByteSize>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<Spanned<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encryption_key: Option<Spanned<String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub encryption_old_keys: Vec<Spanned<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub defaults: Option<PolicyTable>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -129,6 +133,7 @@ policy_keys! {
     on_store_error: StoreErrorPolicy,
     replay_exclude_headers: Vec<String>,
     replay_cache_ttl: String,
+    verify: super::crypto::VerifyTable,
 }
 
 /// Wraps a value for printing; spans only matter for values read from a file.

@@ -16,6 +16,7 @@ use crate::error::ProblemBase;
 use crate::idempotency::policy::Policy;
 use crate::store::StoreSpec;
 
+mod crypto;
 mod file;
 mod limits;
 mod policy;
@@ -54,6 +55,8 @@ pub struct Settings {
     pub drain_timeout: Duration,
     /// The bearer token the admin endpoints `/metrics` and `/keys` require, if any.
     pub admin_token: Option<crate::secret::Secret>,
+    /// The keys completed records are sealed with (`encryption_key`, `encryption_old_keys`).
+    pub encryption: Option<crate::store::SealingKeys>,
     pub problem_base: Arc<ProblemBase>,
     /// What one client may cost: header time-out and size, connections at once.
     pub limits: crate::server::Limits,

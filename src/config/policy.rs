@@ -14,6 +14,9 @@ pub fn apply(src: &Source, policy: &mut Policy, table: &PolicyTable) -> Result<(
     apply_headers(src, policy, table)?;
     apply_durations(src, policy, table)?;
     apply_choices(policy, table);
+    set(src, "verify", &table.verify, &mut policy.verify, |v| {
+        super::crypto::verifier(v).map(Some)
+    })?;
     set(src, "methods", &table.methods, &mut policy.methods, |v| {
         v.iter().map(|m| method(m)).collect()
     })?;

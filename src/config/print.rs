@@ -23,6 +23,16 @@ pub fn to_toml(settings: &Settings) -> String {
             .admin_token
             .as_ref()
             .and_then(|t| unspanned(t.reference().to_owned())),
+        encryption_key: settings
+            .encryption
+            .as_ref()
+            .and_then(|k| unspanned(k.current().reference().to_owned())),
+        encryption_old_keys: settings.encryption.as_ref().map_or_else(Vec::new, |k| {
+            k.old()
+                .iter()
+                .map(|o| Spanned::new(0..0, o.reference().to_owned()))
+                .collect()
+        }),
         defaults: None,
         routes: settings.routes.iter().map(route).collect(),
         ..RawFile::default()
@@ -80,6 +90,10 @@ fn policy(policy: &Policy) -> PolicyTable {
         on_store_error: unspanned(policy.on_store_error),
         replay_exclude_headers: unspanned(names(&policy.replay_exclude_headers)),
         replay_cache_ttl: unspanned(humane(policy.replay_cache_ttl)),
+        verify: policy
+            .verify
+            .as_ref()
+            .and_then(|v| unspanned(super::crypto::verify_table(v))),
     }
 }
 

@@ -91,6 +91,7 @@ pub fn resolve(src: &Source, raw: RawFile, cli: &Cli) -> Result<Settings, Config
             .as_ref()
             .map(|token| check(src, token, "admin_token", Secret::resolve))
             .transpose()?,
+        encryption: super::crypto::encryption(src, &raw.encryption_key, &raw.encryption_old_keys)?,
         problem_base,
         limits,
         routes,

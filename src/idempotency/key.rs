@@ -175,6 +175,18 @@ impl ScopedKey {
         format!("{}:{}:{}", self.route, scope, self.key.as_str())
     }
 
+    /// The same name with the client's key replaced by its SHA-256, for a store whose contents
+    /// must not show raw keys (encryption at rest). It is a plain digest, not keyed by the
+    /// encryption key, so it stays the same across key rotation and admin lookups still find it.
+    pub fn with_hashed_key(&self) -> ScopedKey {
+        let digest = Sha256::digest(self.key.as_str().as_bytes());
+        Self {
+            route: self.route.clone(),
+            scope: self.scope,
+            key: IdempotencyKey(hex(&digest)),
+        }
+    }
+
     /// A short, stable digest for logs and metrics: enough to correlate, never the key itself.
     pub fn log_id(&self) -> String {
         short_digest(self.storage_key().as_bytes())

@@ -16,6 +16,7 @@ pub mod policy;
 pub mod record;
 mod replay;
 mod service;
+pub mod verify;
 mod waiters;
 
 use std::fmt;

@@ -81,6 +81,9 @@ pub struct Policy {
     /// How long a replica may answer a replay from its local copy of a completed record; an
     /// operator's `DELETE` on another replica is seen here within this time. Zero turns it off.
     pub replay_cache_ttl: Duration,
+    /// The signature every covered request must carry (signed webhooks), checked before the
+    /// key is reserved.
+    pub verify: Option<super::verify::Verifier>,
     pub problem_base: Arc<ProblemBase>,
 }
 
@@ -108,6 +111,7 @@ impl Policy {
             on_store_error: StoreErrorPolicy::FailClosed,
             replay_exclude_headers: Vec::new(),
             replay_cache_ttl: Duration::from_secs(1),
+            verify: None,
             problem_base: Arc::new(ProblemBase::default()),
         }
     }

@@ -103,6 +103,13 @@ pub enum Record {
 #[error("corrupt record: {0}")]
 pub struct RecordError(&'static str);
 
+impl RecordError {
+    /// For decorators that unwrap a record further (a sealed one) and find it unusable.
+    pub(crate) fn new(why: &'static str) -> Self {
+        Self(why)
+    }
+}
+
 impl Record {
     pub fn fingerprint(&self) -> &Fingerprint {
         match self {

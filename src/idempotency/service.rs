@@ -179,6 +179,10 @@ impl Handler {
             return Admission::PassThrough(request);
         }
         let (parts, body) = request.into_parts();
+        let body = match self.verified(&parts, body).await {
+            Ok(body) => body,
+            Err(e) => return Admission::Refused(e),
+        };
         let (key, body) = match &self.policy.key_source {
             KeySource::Header(name) => match key_from_headers(&parts.headers, name) {
                 Err(e) => return Admission::Refused(e.into()),
@@ -202,6 +206,25 @@ impl Handler {
             }
         };
         Admission::Keyed(self.keyed(parts, body, key))
+    }
+
+    /// Checks the signature of a route that verifies one (signed webhooks); other routes' bodies
+    /// pass untouched. The check lives here, rather than in a layer in front, because here the
+    /// body is read once, within `max_request_body` and with its `413`, and the check falls
+    /// exactly between reading (signatures cover the body) and reserving (a forged delivery must
+    /// neither run nor take the key). Every covered request is checked, keyed or not, so an
+    /// unsigned one cannot reach the upstream by leaving its key out.
+    async fn verified(&self, parts: &Parts, body: Body) -> Result<Body, ProxyError> {
+        let Some(verifier) = &self.policy.verify else {
+            return Ok(body);
+        };
+        let bytes = read_body(parts, body, self.policy.max_request_body).await?;
+        let now = std::time::SystemTime::now();
+        verifier
+            .verify(&parts.headers, &bytes, now)
+            .map_err(ProxyError::BadSignature)?;
+        // Reading it again below takes the one chunk back without copying.
+        Ok(Body::from(bytes))
     }
 
     fn keyless(&self, parts: Parts, body: Body) -> Admission {

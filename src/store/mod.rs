@@ -22,12 +22,14 @@ pub mod memory;
 pub mod redis;
 mod redis_cluster;
 mod redis_scripts;
+pub mod sealed;
 mod spec;
 
 pub use file::FileStore;
 pub use memory::MemoryStore;
 pub use redis::{RedisConnection, RedisStore};
 pub use redis_cluster::RedisClusterStore;
+pub use sealed::{SealedStore, SealingKey, SealingKeys};
 
 pub use spec::{StoreSpec, StoreSpecError};
 
