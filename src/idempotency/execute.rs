@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use axum::body::Body;
 use http::{Request, Response};
-use http_body::Body as HttpBody;
 use tokio::time::Instant;
-use tower::{Service, ServiceExt};
+use tower::ServiceExt;
 
 use super::buffer::{buffer, BufferedBody};
 use super::fingerprint::Fingerprint;
@@ -19,12 +18,11 @@ use super::key::ScopedKey;
 use super::policy::{AmbiguousPolicy, ConcurrentPolicy, Outcome, Policy};
 use super::record::{FencingToken, Record, StoredBody};
 use super::replay::{buffered, completed_record};
-use super::service::Shared;
+use super::service::{AnswerBody, Inner, Shared};
 use super::RequestNotSent;
 use crate::error::ProxyError;
 use crate::store::{Fenced, Store};
 use crate::telemetry::{self, RequestOutcome};
-use crate::BoxError;
 
 /// A reservation just acquired, and everything needed to see it through.
 pub struct Execution {
@@ -60,11 +58,8 @@ impl Execution {
         request: Request<Body>,
     ) -> (Response<Body>, RequestOutcome)
     where
-        S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
-        S::Future: Send,
-        S::Error: Into<BoxError>,
-        B: HttpBody<Data = bytes::Bytes> + Send + 'static,
-        B::Error: Into<BoxError>,
+        S: Inner<B>,
+        B: AnswerBody,
     {
         let base = self.policy.problem_base.clone();
         let tasks = self.shared.tasks.clone();
@@ -87,10 +82,8 @@ impl Execution {
         request: Request<Body>,
     ) -> (Response<Body>, RequestOutcome)
     where
-        S: Service<Request<Body>, Response = Response<B>>,
-        S::Error: Into<BoxError>,
-        B: HttpBody<Data = bytes::Bytes> + Send + 'static,
-        B::Error: Into<BoxError>,
+        S: Inner<B>,
+        B: AnswerBody,
     {
         let renewer = tokio::spawn(renew_lease(
             self.store.clone(),
@@ -113,10 +106,8 @@ impl Execution {
 
     async fn call_upstream<S, B>(&self, inner: S, request: Request<Body>) -> UpstreamResult
     where
-        S: Service<Request<Body>, Response = Response<B>>,
-        S::Error: Into<BoxError>,
-        B: HttpBody<Data = bytes::Bytes> + Send + 'static,
-        B::Error: Into<BoxError>,
+        S: Inner<B>,
+        B: AnswerBody,
     {
         let limit = self.policy.max_cached_body.as_usize();
         let work = async {

@@ -5,8 +5,10 @@
 //! fingerprint), reserves its scoped key in the store, and then either replays, refuses, or
 //! hands it to [`execute`], which calls the upstream in a task of its own and records the outcome.
 
+mod admit;
 mod buffer;
 mod cache;
+mod deduplicate;
 mod execute;
 mod extract;
 pub mod fingerprint;
