@@ -379,7 +379,7 @@ def report(cases):
         if not any(case.results):
             if case.skipped:
                 lines.append(f"| {case.label} | skipped | | | | | | | |")
-                notes.append(f"{case.label}: {case.skipped}")
+                notes.append((case.label, case.skipped))
             continue
         rps = median(per_round(case, "rps"))
         p50 = median(per_round(case, "p50_us"))
@@ -441,8 +441,11 @@ def main():
               f"{time.monotonic() - started:.0f}s in all.")
         print()
         print(table)
-        for note in notes:
-            print(f"\nSkipped: {note}")
+        reasons = {}
+        for label, why in notes:
+            reasons.setdefault(why, []).append(label)
+        for why, labels in reasons.items():
+            print(f"\nSkipped ({', '.join(labels)}): {why}")
         print("\nPer round:\n" + "\n".join(rounds))
         return 0
     except Interrupted as e:
