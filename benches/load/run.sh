@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Load benchmark: the proxy next to the upstream reached directly and next to nginx.
+#
+#   benches/load/run.sh
+#
+# Installs nginx and wrk from Debian's packages if missing, builds the proxy in release mode,
+# then runs driver.py, which prints one markdown table. Knobs (environment):
+#   BENCH_DURATION=10  BENCH_WARMUP=2  BENCH_ROUNDS=3  BENCH_CONNECTIONS=64  BENCH_THREADS=2
+#   BENCH_REDIS_URL=redis://127.0.0.1:6379/11  BENCH_REPLAY_KEYS=16
+#   BENCH_CASES=ours-keyed-memory,...  (a subset; nginx pass-through always runs)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+
+missing=()
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "[bench] installing ${missing[*]} from Debian's packages" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+export PATH="$PATH:/usr/sbin"
+
+echo "[bench] cargo build --release" >&2
+(cd "$root" && cargo build --release --quiet)
+
+exec python3 "$here/driver.py" "$@"
