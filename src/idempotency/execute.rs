@@ -4,7 +4,6 @@
 //! operation halfway: the upstream call runs to its end and its outcome is recorded, and the
 //! client's retry gets the replay instead of a second execution.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -15,13 +14,13 @@ use tower::ServiceExt;
 use super::buffer::{buffer, BufferedBody};
 use super::fingerprint::Fingerprint;
 use super::key::ScopedKey;
-use super::policy::{AmbiguousPolicy, ConcurrentPolicy, Outcome, Policy};
+use super::policy::{AmbiguousPolicy, ConcurrentPolicy, Outcome};
 use super::record::{FencingToken, Record, StoredBody};
 use super::replay::{buffered, completed_record};
 use super::service::{AnswerBody, Inner, Shared};
 use super::RequestNotSent;
 use crate::error::ProxyError;
-use crate::store::{Fenced, Store};
+use crate::store::Fenced;
 use crate::telemetry::{self, RequestOutcome};
 
 /// A reservation just acquired, and everything needed to see it through.
@@ -85,23 +84,42 @@ impl Execution {
         S: Inner<B>,
         B: AnswerBody,
     {
-        let renewer = tokio::spawn(renew_lease(
-            self.store.clone(),
-            self.key.clone(),
-            self.token,
-            self.policy.clone(),
-        ));
         let in_flight = telemetry::InFlightGuard::new(&self.policy.route);
         let started = Instant::now();
-        let result = self.call_upstream(inner, request).await;
+        // The renewal runs beside the call in this same task, and stops when the call ends.
+        let result = tokio::select! {
+            result = self.call_upstream(inner, request) => result,
+            never = self.renew_lease() => match never {},
+        };
         telemetry::upstream_call(&self.policy.route, started.elapsed());
-        renewer.abort();
         let answer = self.settle(result).await;
         drop(in_flight);
         if self.policy.concurrent == ConcurrentPolicy::Wait {
             self.waiters.finished(&self.key.storage_key());
         }
         answer
+    }
+
+    /// Keeps the lease alive while the upstream works, so a slow upstream never lets a
+    /// duplicate in. Runs until dropped; a lost lease stops the renewing, not the call.
+    async fn renew_lease(&self) -> std::convert::Infallible {
+        loop {
+            tokio::time::sleep(self.policy.renew_every()).await;
+            match self
+                .store
+                .renew(&self.key, self.token, self.policy.lease)
+                .await
+            {
+                Ok(Fenced::Applied) => {}
+                Ok(Fenced::LeaseLost) => {
+                    tracing::warn!(key = %self.key.log_id(), "lease lost while the upstream was working");
+                    return std::future::pending().await;
+                }
+                Err(e) => {
+                    tracing::warn!(key = %self.key.log_id(), error = %e, "renewing the lease failed")
+                }
+            }
+        }
     }
 
     async fn call_upstream<S, B>(&self, inner: S, request: Request<Body>) -> UpstreamResult
@@ -231,24 +249,4 @@ fn is_not_sent(error: &(dyn std::error::Error + 'static)) -> bool {
         current = e.source();
     }
     false
-}
-
-/// Keeps the lease alive while the upstream works, so a slow upstream never lets a duplicate in.
-async fn renew_lease(
-    store: Arc<dyn Store>,
-    key: ScopedKey,
-    token: FencingToken,
-    policy: Arc<Policy>,
-) {
-    loop {
-        tokio::time::sleep(policy.renew_every()).await;
-        match store.renew(&key, token, policy.lease).await {
-            Ok(Fenced::Applied) => {}
-            Ok(Fenced::LeaseLost) => {
-                tracing::warn!(key = %key.log_id(), "lease lost while the upstream was working");
-                return;
-            }
-            Err(e) => tracing::warn!(key = %key.log_id(), error = %e, "renewing the lease failed"),
-        }
-    }
 }

@@ -92,6 +92,38 @@ pub struct CompletedRecord {
     pub body: StoredBody,
 }
 
+impl CompletedRecord {
+    /// A copy that owns its bytes. The body and header values of an upstream answer are slices
+    /// of the connection's read buffer; a record kept for its TTL (in memory, or in the replay
+    /// cache) would keep that whole buffer (8 KiB or more) alive, where the answer itself is
+    /// often a few hundred bytes.
+    pub fn detached(&self) -> Self {
+        let headers = self
+            .headers
+            .iter()
+            .map(|(name, value)| (name.clone(), detached_value(value)));
+        let body = match &self.body {
+            StoredBody::Kept(bytes) => StoredBody::Kept(Bytes::copy_from_slice(bytes)),
+            StoredBody::NotKept => StoredBody::NotKept,
+        };
+        Self {
+            headers: headers.collect(),
+            body,
+            ..self.clone()
+        }
+    }
+}
+
+fn detached_value(value: &HeaderValue) -> HeaderValue {
+    match HeaderValue::from_bytes(value.as_bytes()) {
+        Ok(mut copy) => {
+            copy.set_sensitive(value.is_sensitive());
+            copy
+        }
+        Err(_) => value.clone(),
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
     InFlight(InFlightRecord),
@@ -329,6 +361,22 @@ mod tests {
         let mut longer = encoded.to_vec();
         longer.push(0);
         assert!(Record::decode(Bytes::from(longer)).is_err());
+    }
+
+    #[test]
+    fn a_detached_record_does_not_keep_the_buffer_it_was_read_from() {
+        let read_buffer = Bytes::from(vec![b'x'; 8192]);
+        let within = |part: &[u8]| read_buffer.as_ptr_range().contains(&part.as_ptr());
+        let mut record = completed(StoredBody::Kept(read_buffer.slice(100..150)));
+        let value = HeaderValue::from_maybe_shared(read_buffer.slice(10..20)).unwrap();
+        record.headers.insert("x-id", value);
+        let kept = record.detached();
+        assert_eq!(kept, record);
+        let StoredBody::Kept(body) = &kept.body else {
+            panic!("the body is kept")
+        };
+        assert!(!within(body));
+        assert!(!within(kept.headers["x-id"].as_bytes()));
     }
 
     #[test]

@@ -22,14 +22,16 @@ pub fn completed_record(
     token: FencingToken,
     exclude: &[HeaderName],
 ) -> CompletedRecord {
-    CompletedRecord {
+    let record = CompletedRecord {
         fingerprint,
         token,
         created_at: SystemTime::now(),
         status: parts.status,
         headers: storable_response_headers(&parts.headers, exclude),
         body,
-    }
+    };
+    // Kept in memory for a while (memory store, replay cache): it must not pin the read buffer.
+    record.detached()
 }
 
 /// The stored answer, byte for byte, marked as a replay; a tombstone gets `410`.

@@ -7,16 +7,12 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use http::{HeaderMap, HeaderValue};
 use tokio::time::Instant;
 
 use super::{Fenced, Reservation, Store, StoreError};
 use crate::idempotency::fingerprint::Fingerprint;
 use crate::idempotency::key::ScopedKey;
-use crate::idempotency::record::{
-    CompletedRecord, FencingToken, InFlightRecord, Record, StoredBody,
-};
+use crate::idempotency::record::{CompletedRecord, FencingToken, InFlightRecord, Record};
 
 /// Expired entries are swept after this many writes, so a store under steady load stays bounded.
 const SWEEP_EVERY: u64 = 1024;
@@ -79,39 +75,6 @@ impl MemoryStore {
     }
 }
 
-/// A copy of `record` that owns its bytes. The body and header values of an upstream answer
-/// are slices of the connection's read buffer; a record kept for its TTL would keep that whole
-/// buffer (8 KiB or more) alive, where the answer itself is often a few hundred bytes.
-fn owned(record: &CompletedRecord) -> CompletedRecord {
-    let headers: HeaderMap = record
-        .headers
-        .iter()
-        .map(|(name, value)| (name.clone(), owned_value(value)))
-        .collect();
-    let body = match &record.body {
-        StoredBody::Kept(bytes) => StoredBody::Kept(Bytes::copy_from_slice(bytes)),
-        StoredBody::NotKept => StoredBody::NotKept,
-    };
-    CompletedRecord {
-        fingerprint: record.fingerprint,
-        token: record.token,
-        created_at: record.created_at,
-        status: record.status,
-        headers,
-        body,
-    }
-}
-
-fn owned_value(value: &HeaderValue) -> HeaderValue {
-    match HeaderValue::from_bytes(value.as_bytes()) {
-        Ok(mut copy) => {
-            copy.set_sensitive(value.is_sensitive());
-            copy
-        }
-        Err(_) => value.clone(),
-    }
-}
-
 fn applied(done: bool) -> Fenced {
     if done {
         Fenced::Applied
@@ -159,7 +122,7 @@ impl Store for MemoryStore {
         ttl: Duration,
     ) -> Result<Fenced, StoreError> {
         let token = record.token;
-        let record = Record::Completed(owned(record));
+        let record = Record::Completed(record.clone());
         let now = Instant::now();
         let mut entries = self.entries();
         let held = entries.held_by(&key.storage_key(), token, now);
@@ -196,57 +159,5 @@ impl Store for MemoryStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::idempotency::key::{IdempotencyKey, RouteName};
-
-    fn within(part: &[u8], whole: &[u8]) -> bool {
-        let range = whole.as_ptr_range();
-        range.contains(&part.as_ptr())
-    }
-
-    #[tokio::test]
-    async fn a_completed_record_does_not_keep_the_buffer_it_was_read_from() {
-        let store = MemoryStore::new();
-        let key = ScopedKey::new(
-            RouteName::new("r").unwrap(),
-            None,
-            IdempotencyKey::new("k").unwrap(),
-        );
-        let fingerprint = Fingerprint::from_bytes([7; 32]);
-        let Reservation::Acquired(token) = store
-            .reserve(&key, fingerprint, Duration::from_secs(30))
-            .await
-            .unwrap()
-        else {
-            panic!("the key was free");
-        };
-        let read_buffer = Bytes::from(vec![b'x'; 8192]);
-        let mut headers = HeaderMap::new();
-        let value = HeaderValue::from_maybe_shared(read_buffer.slice(10..20)).unwrap();
-        headers.insert("x-id", value);
-        let record = CompletedRecord {
-            fingerprint,
-            token,
-            created_at: SystemTime::now(),
-            status: http::StatusCode::CREATED,
-            headers,
-            body: StoredBody::Kept(read_buffer.slice(100..150)),
-        };
-        let done = store.complete(&key, &record, Duration::from_secs(60));
-        assert_eq!(done.await.unwrap(), Fenced::Applied);
-        let Some((Record::Completed(kept), _)) = store.get(&key).await.unwrap() else {
-            panic!("the record is completed");
-        };
-        assert_eq!(kept, record);
-        let StoredBody::Kept(body) = &kept.body else {
-            panic!("the body is kept");
-        };
-        assert!(!within(body, &read_buffer));
-        assert!(!within(kept.headers["x-id"].as_bytes(), &read_buffer));
     }
 }
