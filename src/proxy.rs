@@ -56,6 +56,8 @@ impl Proxy {
     /// Builds the routes over an already opened store, sealing its records when the settings
     /// name an encryption key.
     pub fn with_store(settings: &Settings, store: Arc<dyn Store>) -> Self {
+        // Routes register their metrics as they are built: the recorder must be there first.
+        admin::metrics_handle();
         let store = match &settings.encryption {
             Some(keys) => Arc::new(SealedStore::new(store, keys.clone())),
             None => store,

@@ -23,6 +23,7 @@ pub const FAIL_OPEN_TOTAL: &str = "idempotency_fail_open_total";
 
 /// What the proxy did with a request, as named in metrics and logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
 pub enum RequestOutcome {
     /// First request with its key: sent upstream, outcome stored.
     Forwarded,
@@ -60,52 +61,98 @@ impl fmt::Display for RequestOutcome {
     }
 }
 
-/// Logs and counts one finished request. `key_id` is the scoped key's short digest, if any.
-pub fn request_finished(
-    route: &RouteName,
-    outcome: RequestOutcome,
-    status: StatusCode,
-    key_id: Option<&str>,
-    elapsed: Duration,
-) {
-    metrics::counter!(REQUESTS_TOTAL, "route" => route.as_str().to_owned(), "outcome" => outcome.as_str())
-        .increment(1);
-    tracing::info!(
-        route = route.as_str(),
-        outcome = outcome.as_str(),
-        status = status.as_u16(),
-        latency_ms = elapsed.as_secs_f64() * 1000.0,
-        key = key_id.unwrap_or("-"),
-        "request"
-    );
+const OUTCOMES: [RequestOutcome; 7] = [
+    RequestOutcome::Forwarded,
+    RequestOutcome::Replayed,
+    RequestOutcome::Conflict,
+    RequestOutcome::Mismatch,
+    RequestOutcome::Rejected,
+    RequestOutcome::Released,
+    RequestOutcome::Bypassed,
+];
+
+/// One route's metric handles, registered once when the route is built, so the request path
+/// does no registry look-ups. Build it after installing the metrics recorder.
+#[derive(Debug, Clone)]
+pub struct RouteMetrics {
+    route: RouteName,
+    requests: [metrics::Counter; 7],
+    fail_open: metrics::Counter,
+    in_flight: metrics::Gauge,
+    upstream: metrics::Histogram,
+    reserve: metrics::Histogram,
+    complete: metrics::Histogram,
+}
+
+impl RouteMetrics {
+    pub fn new(route: &RouteName) -> Self {
+        let name = || route.as_str().to_owned();
+        Self {
+            route: route.clone(),
+            requests: OUTCOMES.map(
+                |o| metrics::counter!(REQUESTS_TOTAL, "route" => name(), "outcome" => o.as_str()),
+            ),
+            fail_open: metrics::counter!(FAIL_OPEN_TOTAL, "route" => name()),
+            in_flight: metrics::gauge!(IN_FLIGHT, "route" => name()),
+            upstream: metrics::histogram!(UPSTREAM_SECONDS, "route" => name()),
+            reserve: metrics::histogram!(STORE_SECONDS, "op" => "reserve"),
+            complete: metrics::histogram!(STORE_SECONDS, "op" => "complete"),
+        }
+    }
+
+    /// Logs and counts one finished request. `key_id` is the scoped key's short digest, if any.
+    pub fn request_finished(
+        &self,
+        outcome: RequestOutcome,
+        status: StatusCode,
+        key_id: Option<&str>,
+        elapsed: Duration,
+    ) {
+        self.requests[outcome as usize].increment(1);
+        tracing::info!(
+            route = self.route.as_str(),
+            outcome = outcome.as_str(),
+            status = status.as_u16(),
+            latency_ms = elapsed.as_secs_f64() * 1000.0,
+            key = key_id.unwrap_or("-"),
+            "request"
+        );
+    }
+
+    /// Counts a first request as running upstream until the guard is dropped.
+    pub fn in_flight(&self) -> InFlightGuard {
+        self.in_flight.increment(1.0);
+        InFlightGuard(self.in_flight.clone())
+    }
+
+    /// How long the upstream took to answer (headers and the buffered body).
+    pub fn upstream_call(&self, elapsed: Duration) {
+        self.upstream.record(elapsed.as_secs_f64());
+    }
+
+    /// How long reserving a key in the store took.
+    pub fn reserved(&self, elapsed: Duration) {
+        self.reserve.record(elapsed.as_secs_f64());
+    }
+
+    /// How long storing an outcome took.
+    pub fn completed(&self, elapsed: Duration) {
+        self.complete.record(elapsed.as_secs_f64());
+    }
+
+    /// A request forwarded without deduplication because the store failed (`fail_open`).
+    pub fn failed_open(&self) {
+        self.fail_open.increment(1);
+    }
 }
 
 /// Counts a first request as running upstream until dropped.
 pub struct InFlightGuard(metrics::Gauge);
 
-impl InFlightGuard {
-    pub fn new(route: &RouteName) -> Self {
-        let gauge = metrics::gauge!(IN_FLIGHT, "route" => route.as_str().to_owned());
-        gauge.increment(1.0);
-        Self(gauge)
-    }
-}
-
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
         self.0.decrement(1.0);
     }
-}
-
-/// Records how long one store operation took.
-pub fn store_operation(op: &'static str, elapsed: Duration) {
-    metrics::histogram!(STORE_SECONDS, "op" => op).record(elapsed.as_secs_f64());
-}
-
-/// Records how long the upstream took to answer (headers and the buffered body).
-pub fn upstream_call(route: &RouteName, elapsed: Duration) {
-    metrics::histogram!(UPSTREAM_SECONDS, "route" => route.as_str().to_owned())
-        .record(elapsed.as_secs_f64());
 }
 
 /// Sends log lines to stderr as text or JSON; `RUST_LOG` narrows or widens what is logged.

@@ -17,7 +17,7 @@ use super::replay::replay;
 use super::service::{AnswerBody, Handler, Inner};
 use crate::error::ProxyError;
 use crate::store::{Reservation, StoreError};
-use crate::telemetry::{self, RequestOutcome};
+use crate::telemetry::RequestOutcome;
 
 /// How long a duplicate waits before asking the store again (`concurrent = "wait"`), doubling
 /// up to the maximum: short enough to replay promptly, long enough not to hammer the store.
@@ -110,7 +110,7 @@ impl Handler {
             .store
             .reserve(&request.key, request.fingerprint, self.policy.lease)
             .await;
-        telemetry::store_operation("reserve", started.elapsed());
+        self.metrics.reserved(started.elapsed());
         reservation
     }
 
@@ -159,7 +159,7 @@ impl Handler {
                 RequestOutcome::Rejected,
             ));
         }
-        metrics::counter!(telemetry::FAIL_OPEN_TOTAL, "route" => self.policy.route.as_str().to_owned()).increment(1);
+        self.metrics.failed_open();
         let request = Request::from_parts(request.parts, Body::from(request.body));
         let response = inner.oneshot(request).await?;
         Ok((response.map(Body::new), RequestOutcome::Bypassed))

@@ -21,7 +21,7 @@ use super::service::{AnswerBody, Inner, Shared};
 use super::RequestNotSent;
 use crate::error::ProxyError;
 use crate::store::Fenced;
-use crate::telemetry::{self, RequestOutcome};
+use crate::telemetry::RequestOutcome;
 
 /// A reservation just acquired, and everything needed to see it through.
 pub struct Execution {
@@ -84,14 +84,14 @@ impl Execution {
         S: Inner<B>,
         B: AnswerBody,
     {
-        let in_flight = telemetry::InFlightGuard::new(&self.policy.route);
+        let in_flight = self.metrics.in_flight();
         let started = Instant::now();
         // The renewal runs beside the call in this same task, and stops when the call ends.
         let result = tokio::select! {
             result = self.call_upstream(inner, request) => result,
             never = self.renew_lease() => match never {},
         };
-        telemetry::upstream_call(&self.policy.route, started.elapsed());
+        self.metrics.upstream_call(started.elapsed());
         let answer = self.settle(result).await;
         drop(in_flight);
         if self.policy.concurrent == ConcurrentPolicy::Wait {
@@ -201,11 +201,13 @@ impl Execution {
         let exclude = &self.policy.replay_exclude_headers;
         let record = completed_record(parts, stored_body, self.fingerprint, self.token, exclude);
         for attempt in 0..COMPLETE_ATTEMPTS {
-            match self
+            let started = Instant::now();
+            let stored = self
                 .store
                 .complete(&self.key, &record, self.policy.ttl)
-                .await
-            {
+                .await;
+            self.metrics.completed(started.elapsed());
+            match stored {
                 Ok(Fenced::Applied) => return self.remember(&self.key, &record),
                 // A try that timed out may still have been applied: then the record is ours.
                 Ok(Fenced::LeaseLost) if attempt > 0 && self.stored_by_us().await => return,

@@ -9,6 +9,7 @@ use super::cache::ReplayCache;
 use super::policy::Policy;
 use super::service::{IdempotencyService, Shared};
 use crate::store::Store;
+use crate::telemetry::RouteMetrics;
 
 /// Makes the wrapped service safe to retry: the first request with an idempotency key runs,
 /// its answer is stored, and every retry with that key gets the stored answer.
@@ -28,6 +29,9 @@ use crate::store::Store;
 /// # let _ = app;
 /// ```
 ///
+/// Metrics are registered with the global `metrics` recorder when the layer is built, so
+/// install the recorder first.
+///
 /// The inner service gets requests with an [`axum::body::Body`]; answers are stored as the
 /// [`Policy`] says. An inner error wrapping [`RequestNotSent`](super::RequestNotSent) frees the
 /// key; any other error is ambiguous and handled by `on_ambiguous`.
@@ -40,6 +44,7 @@ impl IdempotencyLayer {
     pub fn new(store: Arc<dyn Store>, policy: Policy) -> Self {
         let shared = Shared {
             store,
+            metrics: Arc::new(RouteMetrics::new(&policy.route)),
             policy: Arc::new(policy),
             waiters: Arc::default(),
             tasks: TaskTracker::new(),

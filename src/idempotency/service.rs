@@ -22,7 +22,7 @@ use super::record::CompletedRecord;
 use super::waiters::Waiters;
 use crate::error::ProxyError;
 use crate::store::Store;
-use crate::telemetry::{self, RequestOutcome};
+use crate::telemetry::{RequestOutcome, RouteMetrics};
 use crate::BoxError;
 
 /// A response body the layer can buffer, or stream when it is too large to keep.
@@ -97,6 +97,7 @@ pub struct Shared {
     /// Every first request runs in a task tracked here, so a shutdown can wait for them.
     pub tasks: TaskTracker,
     pub cache: Option<Arc<ReplayCache>>,
+    pub metrics: Arc<RouteMetrics>,
 }
 
 impl Shared {
@@ -153,14 +154,9 @@ impl Handler {
                 (response, outcome, Some(key_id))
             }
         };
-        let route = &self.policy.route;
-        telemetry::request_finished(
-            route,
-            outcome,
-            response.status(),
-            key_id.as_deref(),
-            started.elapsed(),
-        );
+        let (status, elapsed) = (response.status(), started.elapsed());
+        self.metrics
+            .request_finished(outcome, status, key_id.as_deref(), elapsed);
         Ok(response)
     }
 
@@ -179,13 +175,9 @@ impl Handler {
         let status = result
             .as_ref()
             .map_or(http::StatusCode::BAD_GATEWAY, |r| r.status());
-        telemetry::request_finished(
-            &self.policy.route,
-            RequestOutcome::Bypassed,
-            status,
-            None,
-            started.elapsed(),
-        );
+        let elapsed = started.elapsed();
+        self.metrics
+            .request_finished(RequestOutcome::Bypassed, status, None, elapsed);
         result
     }
 
