@@ -6,6 +6,12 @@ use clap::Parser;
 use idempotency_proxy::cli::Cli;
 use idempotency_proxy::{config, proxy, server, telemetry};
 
+/// Every request allocates and frees many small buffers (headers, bodies, futures); mimalloc
+/// does that with less work than the system allocator, which profiles showed at about a sixth
+/// of the proxy's CPU time.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let settings = match config::load(&cli) {
