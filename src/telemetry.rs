@@ -159,8 +159,11 @@ impl Drop for InFlightGuard {
 pub fn init_logging(format: crate::config::LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colours only for a person at a terminal: escape codes in a log file are noise to parse.
+    let colours = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colours)
         .with_writer(std::io::stderr);
     let _ = match format {
         crate::config::LogFormat::Text => builder.try_init(),

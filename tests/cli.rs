@@ -228,3 +228,22 @@ async fn the_admin_listener_serves_probes_and_metrics_beside_the_proxy() {
     sigterm(&child);
     assert_eq!(exit_code(child).await, Some(0));
 }
+
+#[tokio::test]
+async fn text_logs_written_to_a_file_carry_no_terminal_colour_codes() {
+    let upstream = TestUpstream::start().await;
+    let (child, client) =
+        start_binary_logging(&upstream.url(), &["--store", "memory"], Stdio::piped()).await;
+    client.post("/v1/x", "plain-text-log", "{}").await;
+    sigterm(&child);
+    let output = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let log = String::from_utf8(output.stderr).unwrap();
+    assert!(log.contains("outcome=\"forwarded\""), "{log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "escape codes in a piped log: {log:?}"
+    );
+}
