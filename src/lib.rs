@@ -10,6 +10,8 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod headers;
 pub mod idempotency;
 pub mod proxy;

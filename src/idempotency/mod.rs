@@ -8,7 +8,7 @@
 mod buffer;
 mod cache;
 mod execute;
-mod extract;
+pub(crate) mod extract;
 pub mod fingerprint;
 pub mod key;
 mod layer;
