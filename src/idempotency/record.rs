@@ -195,14 +195,17 @@ fn decode_completed(
     need(&buf, 4)?;
     let status = StatusCode::from_u16(buf.get_u16()).map_err(|_| RecordError("bad status"))?;
     let count = buf.get_u16() as usize;
-    let mut headers = HeaderMap::with_capacity(count);
+    // The count is untrusted: every header takes at least 6 bytes, and a map has a maximum size.
+    let too_many = |_| RecordError("too many headers");
+    let mut headers =
+        HeaderMap::try_with_capacity(count.min(buf.remaining() / 6)).map_err(too_many)?;
     for _ in 0..count {
         let name = take(&mut buf, 2)?;
         let name = HeaderName::from_bytes(&name).map_err(|_| RecordError("bad header name"))?;
         let value = take(&mut buf, 4)?;
         let value =
             HeaderValue::from_maybe_shared(value).map_err(|_| RecordError("bad header value"))?;
-        headers.append(name, value);
+        headers.try_append(name, value).map_err(too_many)?;
     }
     need(&buf, 1)?;
     let body = match buf.get_u8() {
@@ -309,6 +312,33 @@ mod tests {
         let mut longer = encoded.to_vec();
         longer.push(0);
         assert!(Record::decode(Bytes::from(longer)).is_err());
+    }
+
+    #[test]
+    fn a_huge_header_count_is_corrupt_not_a_panic() {
+        // Found by fuzzing: 65535 headers claimed in a short record made the map allocation panic.
+        let mut raw = Record::Completed(completed(StoredBody::NotKept))
+            .encode()
+            .to_vec();
+        raw[52..54].copy_from_slice(&u16::MAX.to_be_bytes());
+        assert_eq!(
+            Record::decode(Bytes::from(raw)),
+            Err(RecordError("truncated"))
+        );
+        let mut raw = Record::Completed(completed(StoredBody::NotKept)).encode()[..50].to_vec();
+        raw.extend_from_slice(&200u16.to_be_bytes());
+        raw.extend_from_slice(&40_000u16.to_be_bytes());
+        for n in 0..40_000u32 {
+            let name = format!("h{n}");
+            raw.extend_from_slice(&(name.len() as u16).to_be_bytes());
+            raw.extend_from_slice(name.as_bytes());
+            raw.extend_from_slice(&0u32.to_be_bytes());
+        }
+        raw.push(BODY_NOT_KEPT);
+        assert_eq!(
+            Record::decode(Bytes::from(raw)),
+            Err(RecordError("too many headers"))
+        );
     }
 
     #[test]
