@@ -72,7 +72,7 @@ mod tests {
     fn refusals_are_one_line() {
         // Found by the config fuzz corpus: a name with a newline split the start-up error.
         let name = "IDEMPOTENCY_PROXY_NO\nSUCH";
-        for reference in [format!("env:{name}"), format!("file:/no/such\ndir")] {
+        for reference in [format!("env:{name}"), "file:/no/such\ndir".to_owned()] {
             let reason = Secret::resolve(&reference).unwrap_err();
             assert!(!reason.contains('\n'), "{reason}");
         }
