@@ -11,6 +11,8 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod framing;
+#[doc(hidden)]
+pub mod fuzzing;
 mod headers;
 pub mod idempotency;
 pub mod proxy;

@@ -17,10 +17,10 @@ impl Secret {
     /// dropped). Anything else is refused, as is an empty secret.
     pub fn resolve(reference: &str) -> Result<Self, String> {
         let value = if let Some(name) = reference.strip_prefix("env:") {
-            std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))?
+            std::env::var(name).map_err(|_| format!("environment variable {name:?} is not set"))?
         } else if let Some(path) = reference.strip_prefix("file:") {
             let text =
-                std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+                std::fs::read_to_string(path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
             text.trim_end_matches(['\r', '\n']).to_owned()
         } else {
             return Err(
@@ -28,7 +28,7 @@ impl Secret {
             );
         };
         if value.is_empty() {
-            return Err(format!("the secret in {reference} is empty"));
+            return Err(format!("the secret in {reference:?} is empty"));
         }
         Ok(Self {
             reference: reference.to_owned(),
@@ -67,6 +67,16 @@ impl fmt::Debug for Secret {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusals_are_one_line() {
+        // Found by the config fuzz corpus: a name with a newline split the start-up error.
+        let name = "IDEMPOTENCY_PROXY_NO\nSUCH";
+        for reference in [format!("env:{name}"), "file:/no/such\ndir".to_owned()] {
+            let reason = Secret::resolve(&reference).unwrap_err();
+            assert!(!reason.contains('\n'), "{reason}");
+        }
+    }
 
     #[test]
     fn reads_files_and_refuses_inline_or_empty() {

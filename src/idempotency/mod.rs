@@ -10,7 +10,7 @@ mod buffer;
 mod cache;
 mod deduplicate;
 mod execute;
-mod extract;
+pub(crate) mod extract;
 pub mod fingerprint;
 pub mod key;
 mod layer;

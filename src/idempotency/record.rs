@@ -247,14 +247,27 @@ fn decode_completed(
     need(&buf, 4)?;
     let status = StatusCode::from_u16(buf.get_u16()).map_err(|_| RecordError("bad status"))?;
     let count = buf.get_u16() as usize;
-    let mut headers = HeaderMap::with_capacity(count);
+    // The count is untrusted: every header takes at least 6 bytes, and a map has a maximum size.
+    let too_many = |_| RecordError("too many headers");
+    let mut headers =
+        HeaderMap::try_with_capacity(count.min(buf.remaining() / 6)).map_err(too_many)?;
+    let mut previous: Option<HeaderName> = None;
     for _ in 0..count {
-        let name = take(&mut buf, 2)?;
-        let name = HeaderName::from_bytes(&name).map_err(|_| RecordError("bad header name"))?;
+        let raw = take(&mut buf, 2)?;
+        let name = HeaderName::from_bytes(&raw).map_err(|_| RecordError("bad header name"))?;
+        // Only the encoding `encode` writes is accepted: lower-case names, each name's values
+        // together. Anything else would decode to a record that encodes to other bytes.
+        if name.as_str().as_bytes() != raw {
+            return Err(RecordError("header name not lower-case"));
+        }
+        if previous.as_ref() != Some(&name) && headers.contains_key(&name) {
+            return Err(RecordError("header values not together"));
+        }
         let value = take(&mut buf, 4)?;
         let value =
             HeaderValue::from_maybe_shared(value).map_err(|_| RecordError("bad header value"))?;
-        headers.append(name, value);
+        headers.try_append(&name, value).map_err(too_many)?;
+        previous = Some(name);
     }
     need(&buf, 1)?;
     let body = match buf.get_u8() {
@@ -377,6 +390,65 @@ mod tests {
         };
         assert!(!within(body));
         assert!(!within(kept.headers["x-id"].as_bytes()));
+    }
+
+    #[test]
+    fn a_huge_header_count_is_corrupt_not_a_panic() {
+        // Found by fuzzing: 65535 headers claimed in a short record made the map allocation panic.
+        let mut raw = Record::Completed(completed(StoredBody::NotKept))
+            .encode()
+            .to_vec();
+        raw[52..54].copy_from_slice(&u16::MAX.to_be_bytes());
+        assert_eq!(
+            Record::decode(Bytes::from(raw)),
+            Err(RecordError("truncated"))
+        );
+        let mut raw = Record::Completed(completed(StoredBody::NotKept)).encode()[..50].to_vec();
+        raw.extend_from_slice(&200u16.to_be_bytes());
+        raw.extend_from_slice(&40_000u16.to_be_bytes());
+        for n in 0..40_000u32 {
+            let name = format!("h{n}");
+            raw.extend_from_slice(&(name.len() as u16).to_be_bytes());
+            raw.extend_from_slice(name.as_bytes());
+            raw.extend_from_slice(&0u32.to_be_bytes());
+        }
+        raw.push(BODY_NOT_KEPT);
+        assert_eq!(
+            Record::decode(Bytes::from(raw)),
+            Err(RecordError("too many headers"))
+        );
+    }
+
+    #[test]
+    fn only_the_canonical_header_encoding_decodes() {
+        // Found by fuzzing: `Content-Type` decoded as `content-type`, and `a, b, a` as
+        // `a, a, b`, so the record re-encoded to other bytes than were stored.
+        let encode = |headers: &[(&str, &str)]| {
+            let mut raw = Record::Completed(completed(StoredBody::NotKept)).encode()[..50].to_vec();
+            raw.extend_from_slice(&200u16.to_be_bytes());
+            raw.extend_from_slice(&(headers.len() as u16).to_be_bytes());
+            for (name, value) in headers {
+                raw.extend_from_slice(&(name.len() as u16).to_be_bytes());
+                raw.extend_from_slice(name.as_bytes());
+                raw.extend_from_slice(&(value.len() as u32).to_be_bytes());
+                raw.extend_from_slice(value.as_bytes());
+            }
+            raw.push(BODY_NOT_KEPT);
+            Bytes::from(raw)
+        };
+        let canonical = encode(&[("x-a", "1"), ("x-a", "2"), ("x-b", "3")]);
+        assert_eq!(
+            Record::decode(canonical.clone()).unwrap().encode(),
+            canonical
+        );
+        assert_eq!(
+            Record::decode(encode(&[("Content-Type", "text/plain")])),
+            Err(RecordError("header name not lower-case"))
+        );
+        assert_eq!(
+            Record::decode(encode(&[("x-a", "1"), ("x-b", "3"), ("x-a", "2")])),
+            Err(RecordError("header values not together"))
+        );
     }
 
     #[test]

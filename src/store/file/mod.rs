@@ -147,6 +147,18 @@ fn read_failed(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("file store read failed: {e}"))
 }
 
+/// A stored value taken apart as the store reads it: its expiry and its encoded record.
+pub(crate) fn split_value(value: &[u8]) -> (u64, &[u8]) {
+    (tables::expiry(value), tables::record(value))
+}
+
+/// The value the store writes for an encoded record that expires at `expiry`.
+pub(crate) fn join_value(expiry: u64, record: &[u8]) -> Vec<u8> {
+    let mut value = tables::unstamped(record);
+    tables::stamp(&mut value, expiry);
+    value
+}
+
 fn decode(raw: Vec<u8>) -> Result<Record, StoreError> {
     Ok(Record::decode(Bytes::from(raw))?)
 }

@@ -1,0 +1,231 @@
+//! The properties the fuzz targets check, one function per target.
+//!
+//! The fuzz targets in `fuzz/` call these on every input, and `tests/fuzz_corpus.rs` calls them on
+//! every file of the kept corpora, so both check exactly the same thing. Each function panics
+//! when the property does not hold; a function returns normally for any input the parsers it
+//! drives must accept or refuse gracefully. Not part of the proxy's API.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+
+use crate::cli::Cli;
+use crate::idempotency::extract::key_from_body;
+use crate::idempotency::fingerprint::Fingerprint;
+use crate::idempotency::key::{IdempotencyKey, MAX_KEY_LEN};
+use crate::idempotency::record::{
+    CompletedRecord, FencingToken, InFlightRecord, Record, StoredBody,
+};
+
+/// The check a fuzz target runs on one input.
+pub type Check = fn(&[u8]);
+
+/// The names of the fuzz targets, which are also the folders of their corpora.
+pub const TARGETS: &[(&str, Check)] = &[
+    ("key_header", key_header),
+    ("key_body_pointer", key_body_pointer),
+    ("config", config),
+    ("record_decode", record_decode),
+    ("record_roundtrip", record_roundtrip),
+];
+
+/// The RFC 9651 sf-string form of a key: quoted, with `\` and `"` escaped.
+pub fn sf_string(key: &IdempotencyKey) -> String {
+    let mut out = String::with_capacity(key.as_str().len() + 2);
+    out.push('"');
+    for c in key.as_str().chars() {
+        if matches!(c, '"' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+fn assert_valid_key(key: &IdempotencyKey) {
+    let text = key.as_str();
+    assert!(
+        (1..=MAX_KEY_LEN).contains(&text.len()),
+        "accepted a key of {} bytes",
+        text.len()
+    );
+    assert!(
+        text.bytes().all(|b| b.is_ascii_graphic()),
+        "accepted a key that is not visible ASCII: {text:?}"
+    );
+}
+
+/// A header value: parsing never panics, and an accepted key is 1 to 255 visible ASCII
+/// characters that parse back to themselves from their sf-string form, and verbatim.
+pub fn key_header(data: &[u8]) {
+    let Ok(key) = IdempotencyKey::from_header_value(data) else {
+        return;
+    };
+    assert_valid_key(&key);
+    let quoted = sf_string(&key);
+    assert_eq!(
+        IdempotencyKey::from_header_value(quoted.as_bytes()).as_ref(),
+        Ok(&key),
+        "the sf-string {quoted:?} does not parse back to its key"
+    );
+    assert_eq!(IdempotencyKey::new(key.as_str()).as_ref(), Ok(&key));
+}
+
+/// A body and a JSON pointer: the first byte is the pointer's length, then the pointer, then
+/// the body. Never panics; a key found is valid and is the string or integer at the pointer.
+pub fn key_body_pointer(data: &[u8]) {
+    let Some((&len, rest)) = data.split_first() else {
+        return;
+    };
+    let (pointer, body) = rest.split_at(usize::from(len).min(rest.len()));
+    let pointer = String::from_utf8_lossy(pointer);
+    let Ok(Some(key)) = key_from_body(body, &pointer) else {
+        return;
+    };
+    assert_valid_key(&key);
+    let document: serde_json::Value =
+        serde_json::from_slice(body).expect("a key came from a body that is not JSON");
+    let found = match document.pointer(&pointer) {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Number(n)) => n.to_string(),
+        other => panic!("a key came from {other:?}"),
+    };
+    assert_eq!(key.as_str(), found);
+}
+
+/// Config text: loading never panics, an error is one line, and a configuration that loads
+/// prints (`--check`) as a file that loads to the same configuration.
+pub fn config(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if may_read_files(text) {
+        return;
+    }
+    let cli = Cli::default();
+    match crate::config::load_str("fuzz.toml", text, &cli) {
+        Err(e) => {
+            let line = e.to_string();
+            assert!(
+                !line.is_empty() && !line.contains(['\n', '\r']),
+                "the error is not one line: {line:?}"
+            );
+        }
+        Ok(settings) => {
+            let printed = settings.to_toml();
+            let again = crate::config::load_str("printed.toml", &printed, &cli)
+                .unwrap_or_else(|e| panic!("the printed config does not load: {e}\n{printed}"));
+            assert_eq!(again.to_toml(), printed, "printing is not stable");
+        }
+    }
+}
+
+/// `admin_token = "file:PATH"` reads a file, and a fuzzer must not read `/dev/zero`. A key can
+/// be spelt with `\u` escapes, a value with any escape or a line-ending backslash, so text that
+/// might spell both is left out.
+fn may_read_files(text: &str) -> bool {
+    let key = text.contains("admin_token") || text.contains("\\u") || text.contains("\\U");
+    key && (text.contains("file") || text.contains('\\'))
+}
+
+/// Bytes as a store holds them: decoding never panics, and what decodes encodes to the same
+/// bytes. Checked both as a record (memory, Redis) and as a file-store value (expiry, record).
+pub fn record_decode(data: &[u8]) {
+    check_record_bytes(data);
+    let (expiry, record) = crate::store::file::split_value(data);
+    if data.len() >= 8 {
+        check_record_bytes(record);
+        assert_eq!(crate::store::file::join_value(expiry, record), data);
+    } else {
+        assert_eq!(expiry, 0, "a value too short for an expiry is long expired");
+        assert!(record.is_empty());
+    }
+}
+
+fn check_record_bytes(data: &[u8]) {
+    let Ok(record) = Record::decode(Bytes::copy_from_slice(data)) else {
+        return;
+    };
+    assert_eq!(
+        record.encode().as_ref(),
+        data,
+        "a decoded record does not encode to the bytes it came from: {record:?}"
+    );
+}
+
+/// A record built from the bytes: encoding and decoding gives it back.
+pub fn record_roundtrip(data: &[u8]) {
+    let mut input = Input(data);
+    let token = FencingToken::from_u64(input.u64());
+    let mut fingerprint = [0u8; Fingerprint::LEN];
+    fingerprint.iter_mut().for_each(|b| *b = input.u8());
+    let fingerprint = Fingerprint::from_bytes(fingerprint);
+    let created_at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(input.u64());
+    let record = if input.u8() & 1 == 0 {
+        Record::InFlight(InFlightRecord {
+            fingerprint,
+            token,
+            created_at,
+        })
+    } else {
+        let status = StatusCode::from_u16(100 + input.u16() % 900).expect("100..=999");
+        let mut headers = HeaderMap::new();
+        for _ in 0..input.u8() % 16 {
+            let name_len = input.u8() % 24;
+            let name = input.bytes(usize::from(name_len));
+            let value_len = input.u8();
+            let value = input.bytes(usize::from(value_len));
+            if let (Ok(name), Ok(value)) =
+                (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
+            {
+                headers.append(name, value);
+            }
+        }
+        let body = match input.u8() {
+            0 => StoredBody::NotKept,
+            _ => StoredBody::Kept(Bytes::copy_from_slice(input.rest())),
+        };
+        Record::Completed(CompletedRecord {
+            fingerprint,
+            token,
+            created_at,
+            status,
+            headers,
+            body,
+        })
+    };
+    let encoded = record.encode();
+    if let Record::InFlight(r) = &record {
+        assert!(encoded.starts_with(&r.token.in_flight_prefix()));
+    }
+    assert_eq!(Record::decode(encoded.clone()).as_ref(), Ok(&record));
+    let value = crate::store::file::join_value(7, &encoded);
+    assert_eq!(crate::store::file::split_value(&value), (7, &encoded[..]));
+}
+
+/// Reads fixed-width fields from the front of the input, zeros once it runs out.
+struct Input<'a>(&'a [u8]);
+
+impl<'a> Input<'a> {
+    fn bytes(&mut self, len: usize) -> &'a [u8] {
+        let (taken, rest) = self.0.split_at(len.min(self.0.len()));
+        self.0 = rest;
+        taken
+    }
+
+    fn rest(&mut self) -> &'a [u8] {
+        self.bytes(self.0.len())
+    }
+
+    fn u8(&mut self) -> u8 {
+        self.bytes(1).first().copied().unwrap_or(0)
+    }
+
+    fn u16(&mut self) -> u16 {
+        u16::from_be_bytes([self.u8(), self.u8()])
+    }
+
+    fn u64(&mut self) -> u64 {
+        (0..8).fold(0, |n, _| n << 8 | u64::from(self.u8()))
+    }
+}
