@@ -14,6 +14,9 @@ use tokio::time::Instant;
 
 use super::record::{CompletedRecord, StoredBody};
 
+/// What an entry costs besides its body and header bytes: its name, the map slot, the record
+/// and its header map's own allocations: an estimate, on the generous side.
+const ENTRY_OVERHEAD: usize = 1024;
 /// Bodies larger than this are not cached: they would push out many small ones.
 const MAX_ENTRY_BYTES: usize = 64 * 1024;
 
@@ -43,7 +46,7 @@ fn size(record: &CompletedRecord) -> usize {
         .iter()
         .map(|(n, v)| n.as_str().len() + v.len())
         .sum::<usize>()
-        + 128
+        + ENTRY_OVERHEAD
 }
 
 impl ReplayCache {
@@ -179,7 +182,7 @@ mod tests {
 
     #[test]
     fn the_byte_budget_pushes_out_the_oldest() {
-        let cache = ReplayCache::new(3 * (1000 + 128));
+        let cache = ReplayCache::new(3 * (1000 + ENTRY_OVERHEAD));
         for key in ["a", "b", "c", "d"] {
             cache.insert(key.into(), &record(1000), Duration::from_secs(60), DAY);
         }
@@ -187,7 +190,7 @@ mod tests {
         assert!(cache.get("b").is_some() && cache.get("d").is_some());
         cache.invalidate("d");
         assert!(cache.get("d").is_none());
-        assert!(cache.entries().bytes <= 3 * (1000 + 128));
+        assert!(cache.entries().bytes <= 3 * (1000 + ENTRY_OVERHEAD));
     }
 
     #[test]

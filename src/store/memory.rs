@@ -14,9 +14,6 @@ use crate::idempotency::fingerprint::Fingerprint;
 use crate::idempotency::key::ScopedKey;
 use crate::idempotency::record::{CompletedRecord, FencingToken, InFlightRecord, Record};
 
-/// Expired entries are swept after this many writes, so a store under steady load stays bounded.
-const SWEEP_EVERY: u64 = 1024;
-
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     inner: Mutex<Entries>,
@@ -25,7 +22,9 @@ pub struct MemoryStore {
 #[derive(Debug, Default)]
 struct Entries {
     records: HashMap<String, (Record, Instant)>,
-    writes: u64,
+    /// When the earliest entry written since the last sweep expires: sweeping before then
+    /// would scan every entry and find nothing to drop.
+    next_sweep: Option<Instant>,
 }
 
 impl Entries {
@@ -51,12 +50,22 @@ impl Entries {
             .filter(|(record, _)| matches!(record, Record::InFlight(r) if r.token == token))
     }
 
+    /// Inserts, first sweeping out expired entries when one may be due, so a store under
+    /// steady load stays bounded without scanning on every write.
     fn insert(&mut self, key: String, record: Record, expires: Instant) {
-        self.writes += 1;
-        if self.writes % SWEEP_EVERY == 0 {
-            let now = Instant::now();
-            self.records.retain(|_, (_, expires)| *expires > now);
+        let now = Instant::now();
+        if self.next_sweep.is_some_and(|due| due <= now) {
+            let mut earliest: Option<Instant> = None;
+            self.records.retain(|_, (_, at)| {
+                let live = *at > now;
+                if live {
+                    earliest = Some(earliest.map_or(*at, |e| e.min(*at)));
+                }
+                live
+            });
+            self.next_sweep = earliest;
         }
+        self.next_sweep = Some(self.next_sweep.map_or(expires, |due| due.min(expires)));
         self.records.insert(key, (record, expires));
     }
 }
@@ -159,5 +168,47 @@ impl Store for MemoryStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::idempotency::key::{IdempotencyKey, RouteName};
+
+    fn key(n: usize) -> ScopedKey {
+        let key = IdempotencyKey::new(format!("k{n}")).unwrap();
+        ScopedKey::new(RouteName::new("r").unwrap(), None, key)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expired_entries_are_swept_once_one_is_due() {
+        let store = MemoryStore::new();
+        let fingerprint = Fingerprint::from_bytes([1; 32]);
+        for n in 0..100 {
+            store
+                .reserve(&key(n), fingerprint, Duration::from_secs(1))
+                .await
+                .unwrap();
+        }
+        store
+            .reserve(&key(100), fingerprint, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(store.entries().records.len(), 101, "nothing is due yet");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        store
+            .reserve(&key(101), fingerprint, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.entries().records.len(),
+            2,
+            "the expired hundred are gone"
+        );
+        assert_eq!(
+            store.entries().next_sweep,
+            Some(Instant::now() + Duration::from_secs(58))
+        );
     }
 }

@@ -52,6 +52,9 @@ pub struct FileStore {
     db: Arc<Database>,
 }
 
+/// The memory redb may use to cache pages of the store file.
+const PAGE_CACHE_BYTES: usize = 16 * 1024 * 1024;
+
 impl FileStore {
     /// Opens the database at `path`, creating it (and any missing directories) if needed. This
     /// blocks on file I/O; async callers should run it on a blocking thread.
@@ -61,7 +64,12 @@ impl FileStore {
             std::fs::create_dir_all(dir)
                 .map_err(|e| fail(format!("cannot create directory: {e}")))?;
         }
-        let db = Database::create(path).map_err(|e| fail(explain(e)))?;
+        // redb's page cache would otherwise grow to a large share of memory; records are small
+        // and recent ones are also kept by the replay cache in front.
+        let db = Database::builder()
+            .set_cache_size(PAGE_CACHE_BYTES)
+            .create(path)
+            .map_err(|e| fail(explain(e)))?;
         let txn = db.begin_write().map_err(|e| fail(e.to_string()))?;
         // Created up front so that read transactions always find both tables.
         for result in [
