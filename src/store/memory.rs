@@ -3,6 +3,7 @@
 //! Expiry uses tokio's clock, so tests can pause time and step over a lease or a TTL.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -14,9 +15,23 @@ use crate::idempotency::fingerprint::Fingerprint;
 use crate::idempotency::key::ScopedKey;
 use crate::idempotency::record::{CompletedRecord, FencingToken, InFlightRecord, Record};
 
-#[derive(Debug, Default)]
+/// Records are spread over this many maps, each behind its own lock, so that neither a busy
+/// key nor a map growing past a resize stalls every other request.
+const SHARDS: usize = 16;
+
+#[derive(Debug)]
 pub struct MemoryStore {
-    inner: Mutex<Entries>,
+    shards: Box<[Mutex<Entries>]>,
+    hasher: RandomState,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: RandomState::new(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -75,10 +90,12 @@ impl MemoryStore {
         Self::default()
     }
 
-    fn entries(&self) -> std::sync::MutexGuard<'_, Entries> {
+    /// The shard holding `storage_key`, locked.
+    fn entries(&self, storage_key: &str) -> std::sync::MutexGuard<'_, Entries> {
+        let shard = self.hasher.hash_one(storage_key) as usize % self.shards.len();
         // A panic while holding the lock cannot leave a half-written entry: every change is a
         // single insert or remove, so the map stays valid and we keep serving.
-        self.inner
+        self.shards[shard]
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -102,7 +119,7 @@ impl Store for MemoryStore {
     ) -> Result<Reservation, StoreError> {
         let storage_key = key.storage_key();
         let now = Instant::now();
-        let mut entries = self.entries();
+        let mut entries = self.entries(&storage_key);
         if let Some((record, _)) = entries.live(&storage_key, now) {
             return Ok(record.clone().into());
         }
@@ -117,9 +134,10 @@ impl Store for MemoryStore {
         token: FencingToken,
         lease: Duration,
     ) -> Result<Fenced, StoreError> {
+        let storage_key = key.storage_key();
         let now = Instant::now();
-        let mut entries = self.entries();
-        let held = entries.held_by(&key.storage_key(), token, now);
+        let mut entries = self.entries(&storage_key);
+        let held = entries.held_by(&storage_key, token, now);
         let done = held.map(|(_, expires)| *expires = now + lease).is_some();
         Ok(applied(done))
     }
@@ -132,16 +150,17 @@ impl Store for MemoryStore {
     ) -> Result<Fenced, StoreError> {
         let token = record.token;
         let record = Record::Completed(record.clone());
+        let storage_key = key.storage_key();
         let now = Instant::now();
-        let mut entries = self.entries();
-        let held = entries.held_by(&key.storage_key(), token, now);
+        let mut entries = self.entries(&storage_key);
+        let held = entries.held_by(&storage_key, token, now);
         let done = held.map(|entry| *entry = (record, now + ttl)).is_some();
         Ok(applied(done))
     }
 
     async fn release(&self, key: &ScopedKey, token: FencingToken) -> Result<Fenced, StoreError> {
         let storage_key = key.storage_key();
-        let mut entries = self.entries();
+        let mut entries = self.entries(&storage_key);
         let held = entries
             .held_by(&storage_key, token, Instant::now())
             .is_some();
@@ -152,15 +171,16 @@ impl Store for MemoryStore {
     }
 
     async fn get(&self, key: &ScopedKey) -> Result<Option<(Record, Duration)>, StoreError> {
+        let storage_key = key.storage_key();
         let now = Instant::now();
-        let mut entries = self.entries();
-        let live = entries.live(&key.storage_key(), now);
+        let mut entries = self.entries(&storage_key);
+        let live = entries.live(&storage_key, now);
         Ok(live.map(|(record, expires)| (record.clone(), *expires - now)))
     }
 
     async fn remove(&self, key: &ScopedKey) -> Result<bool, StoreError> {
         let storage_key = key.storage_key();
-        let mut entries = self.entries();
+        let mut entries = self.entries(&storage_key);
         let existed = entries.live(&storage_key, Instant::now()).is_some();
         entries.records.remove(&storage_key);
         Ok(existed)
@@ -183,32 +203,50 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn expired_entries_are_swept_once_one_is_due() {
+        let mut entries = Entries::default();
+        let (_, record) = InFlightRecord::fresh(Fingerprint::from_bytes([1; 32]));
+        let now = Instant::now();
+        for n in 0..100 {
+            entries.insert(
+                format!("k{n}"),
+                record.clone(),
+                now + Duration::from_secs(1),
+            );
+        }
+        entries.insert("long".into(), record.clone(), now + Duration::from_secs(60));
+        assert_eq!(entries.records.len(), 101, "nothing is due yet");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        entries.insert(
+            "late".into(),
+            record,
+            Instant::now() + Duration::from_secs(60),
+        );
+        assert_eq!(entries.records.len(), 2, "the expired hundred are gone");
+        assert_eq!(entries.next_sweep, Some(now + Duration::from_secs(60)));
+    }
+
+    #[tokio::test]
+    async fn keys_in_different_shards_stay_apart() {
         let store = MemoryStore::new();
         let fingerprint = Fingerprint::from_bytes([1; 32]);
-        for n in 0..100 {
-            store
-                .reserve(&key(n), fingerprint, Duration::from_secs(1))
+        for n in 0..200 {
+            let reserved = store
+                .reserve(&key(n), fingerprint, Duration::from_secs(60))
                 .await
                 .unwrap();
+            assert!(matches!(reserved, Reservation::Acquired(_)));
         }
-        store
-            .reserve(&key(100), fingerprint, Duration::from_secs(60))
-            .await
-            .unwrap();
-        assert_eq!(store.entries().records.len(), 101, "nothing is due yet");
-        tokio::time::advance(Duration::from_secs(2)).await;
-        store
-            .reserve(&key(101), fingerprint, Duration::from_secs(60))
-            .await
-            .unwrap();
-        assert_eq!(
-            store.entries().records.len(),
-            2,
-            "the expired hundred are gone"
+        let spread = store
+            .shards
+            .iter()
+            .filter(|s| !s.lock().unwrap().records.is_empty())
+            .count();
+        assert!(
+            spread > SHARDS / 2,
+            "keys spread over the shards ({spread} of {SHARDS} used)"
         );
-        assert_eq!(
-            store.entries().next_sweep,
-            Some(Instant::now() + Duration::from_secs(58))
-        );
+        for n in 0..200 {
+            assert!(store.get(&key(n)).await.unwrap().is_some());
+        }
     }
 }
