@@ -15,5 +15,8 @@ USER proxy
 WORKDIR /data
 VOLUME ["/data"]
 EXPOSE 8080 9090
-# Listen on all interfaces inside the container; the store file lives on the volume.
-ENTRYPOINT ["idempotency-proxy", "--listen", "0.0.0.0:8080", "--store", "file:/data/idempotency-proxy.db"]
+# Defaults for the container, as environment variables so that flags given to `docker run`
+# (or a compose `command`) override them: listen on all interfaces, keep the store on the volume.
+ENV IDEMPOTENCY_PROXY_LISTEN=0.0.0.0:8080 \
+    IDEMPOTENCY_PROXY_STORE=file:/data/idempotency-proxy.db
+ENTRYPOINT ["idempotency-proxy"]

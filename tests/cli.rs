@@ -247,3 +247,28 @@ async fn text_logs_written_to_a_file_carry_no_terminal_colour_codes() {
         "escape codes in a piped log: {log:?}"
     );
 }
+
+#[test]
+fn environment_variables_stand_in_for_flags_and_flags_beat_them() {
+    let check = |flags: &[&str]| {
+        let output = Command::new(BIN)
+            .args(["--upstream", "http://127.0.0.1:9000", "--check"])
+            .args(flags)
+            .env("IDEMPOTENCY_PROXY_LISTEN", "0.0.0.0:8181")
+            .env("IDEMPOTENCY_PROXY_STORE", "memory")
+            .output()
+            .unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let from_env = check(&[]);
+    assert!(from_env.contains("listen = \"0.0.0.0:8181\""), "{from_env}");
+    assert!(from_env.contains("store = \"memory\""), "{from_env}");
+    let flagged = check(&["--listen", "127.0.0.1:8282"]);
+    assert!(flagged.contains("listen = \"127.0.0.1:8282\""), "{flagged}");
+}
