@@ -42,15 +42,18 @@ upstream = "{hooks}"
     )
 }
 
-#[tokio::test]
-async fn longest_prefix_and_host_pick_the_route_and_unmatched_is_404() {
+/// A payments upstream, a webhooks upstream, and the proxy in front of both with the routes above.
+async fn routed() -> (TestUpstream, TestUpstream, TestProxy) {
     let payments = TestUpstream::start().await;
     let hooks = TestUpstream::start().await;
-    let proxy = TestProxy::start(
-        &routes_config(&payments.url(), &hooks.url()),
-        Arc::new(MemoryStore::new()),
-    )
-    .await;
+    let config = routes_config(&payments.url(), &hooks.url());
+    let proxy = TestProxy::start(&config, Arc::new(MemoryStore::new())).await;
+    (payments, hooks, proxy)
+}
+
+#[tokio::test]
+async fn longest_prefix_and_host_pick_the_route_and_unmatched_is_404() {
+    let (payments, hooks, proxy) = routed().await;
 
     let charge = proxy.client.post("/v1/charges", "c1", "{}").await;
     assert_eq!(charge.status, 201);
@@ -76,13 +79,7 @@ async fn longest_prefix_and_host_pick_the_route_and_unmatched_is_404() {
 
 #[tokio::test]
 async fn webhook_delivery_header_is_the_key() {
-    let payments = TestUpstream::start().await;
-    let hooks = TestUpstream::start().await;
-    let proxy = TestProxy::start(
-        &routes_config(&payments.url(), &hooks.url()),
-        Arc::new(MemoryStore::new()),
-    )
-    .await;
+    let (payments, hooks, proxy) = routed().await;
     let delivery = [("x-github-delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")];
     let first = proxy
         .client
@@ -95,17 +92,15 @@ async fn webhook_delivery_header_is_the_key() {
     assert_eq!(first.status, 201);
     assert!(redelivery.replayed());
     assert_eq!(hooks.seen().len(), 1);
+    assert!(
+        payments.seen().is_empty(),
+        "a webhook never reaches the payments upstream"
+    );
 }
 
 #[tokio::test]
 async fn json_pointer_key_deduplicates_events_and_lets_keyless_bodies_through() {
-    let payments = TestUpstream::start().await;
-    let hooks = TestUpstream::start().await;
-    let proxy = TestProxy::start(
-        &routes_config(&payments.url(), &hooks.url()),
-        Arc::new(MemoryStore::new()),
-    )
-    .await;
+    let (payments, hooks, proxy) = routed().await;
     let event = r#"{"id":"evt_1NG8Du2eZvKYlo2CUI79vXWy","type":"charge.succeeded"}"#;
     let first = proxy.client.send("POST", "/hooks/stripe", &[], event).await;
     let again = proxy.client.send("POST", "/hooks/stripe", &[], event).await;
@@ -127,6 +122,10 @@ async fn json_pointer_key_deduplicates_events_and_lets_keyless_bodies_through() 
         hooks.seen()[0].body,
         event.as_bytes(),
         "the body reaches the upstream unchanged"
+    );
+    assert!(
+        payments.seen().is_empty(),
+        "an event never reaches the payments upstream"
     );
 }
 
