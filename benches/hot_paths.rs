@@ -8,9 +8,9 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
-use idempotency_proxy::idempotency::fingerprint::Fingerprint;
-use idempotency_proxy::idempotency::key::IdempotencyKey;
-use idempotency_proxy::idempotency::record::{CompletedRecord, FencingToken, Record, StoredBody};
+use idempotency_proxy::model::{
+    CompletedRecord, FencingToken, Fingerprint, IdempotencyKey, Record, StoredBody,
+};
 
 fn key_parsing(c: &mut Criterion) {
     let mut group = c.benchmark_group("key");

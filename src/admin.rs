@@ -16,9 +16,8 @@ use axum::Json;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::json;
 
-use crate::idempotency::key::{ClientScope, IdempotencyKey, ScopedKey};
-use crate::idempotency::record::{Record, StoredBody};
-use crate::idempotency::{Policy, ReplayCache};
+use crate::idempotency::Policy;
+use crate::model::{ClientScope, IdempotencyKey, KeyError, Record, ScopedKey, StoredBody};
 use crate::secret::Secret;
 use crate::store::Store;
 use crate::telemetry;
@@ -26,28 +25,27 @@ use crate::telemetry;
 /// The header carrying the raw value of a route's `scope_header` (e.g. the client's
 /// `Authorization`), so an operator can address that client's record. A header rather than a
 /// query parameter, because URLs end up in access logs.
-pub const SCOPE_HEADER: &str = "x-idempotency-scope";
+pub(crate) const SCOPE_HEADER: &str = "x-idempotency-scope";
 
-/// What the admin endpoints reach into: the store, each route's policy (for its scope header),
-/// and the replay cache to drop a removed record from.
-pub struct Records {
-    pub store: Arc<dyn Store>,
-    pub policies: Vec<Arc<Policy>>,
-    pub replay_cache: Option<Arc<ReplayCache>>,
+/// What the admin endpoints reach into: the store (with the replay cache in front, so a removed
+/// record is also dropped from this replica's memory) and each route's policy (for its scope
+/// header).
+pub(crate) struct Records {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) policies: Vec<Arc<Policy>>,
 }
 
 #[derive(Clone)]
 struct AdminState {
     store: Arc<dyn Store>,
     policies: Arc<HashMap<String, Arc<Policy>>>,
-    replay_cache: Option<Arc<ReplayCache>>,
     metrics: PrometheusHandle,
 }
 
 /// The admin routes, over the proxy's store and route policies. With a `token`, `/metrics`
 /// and `/keys` require `Authorization: Bearer <token>`; `/healthz` and `/readyz` stay open for
 /// orchestrators' probes, as they reveal nothing.
-pub fn router(records: Records, token: Option<Secret>) -> axum::Router {
+pub(crate) fn router(records: Records, token: Option<Secret>) -> axum::Router {
     let policies = records
         .policies
         .into_iter()
@@ -55,7 +53,6 @@ pub fn router(records: Records, token: Option<Secret>) -> axum::Router {
     let state = AdminState {
         store: records.store,
         policies: Arc::new(policies.collect()),
-        replay_cache: records.replay_cache,
         metrics: metrics_handle(),
     };
     let guarded = axum::Router::new()
@@ -102,7 +99,7 @@ async fn require_token(
 }
 
 /// The process-wide Prometheus recorder, installed on first use.
-pub fn metrics_handle() -> PrometheusHandle {
+pub(crate) fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(install_recorder).clone()
 }
@@ -140,7 +137,7 @@ async fn readyz(State(state): State<AdminState>) -> Response {
 #[derive(Debug)]
 enum AdminError {
     NoSuchRoute,
-    BadKey(crate::idempotency::key::KeyError),
+    BadKey(KeyError),
     NoRecord,
     Store(crate::store::StoreError),
 }
@@ -200,9 +197,6 @@ async fn remove(
     headers: HeaderMap,
 ) -> Result<StatusCode, AdminError> {
     let key = scoped_key(&state, &route, key, &headers)?;
-    if let Some(cache) = &state.replay_cache {
-        cache.invalidate(&key.storage_key());
-    }
     if !state.store.remove(&key).await.map_err(AdminError::Store)? {
         return Err(AdminError::NoRecord);
     }
@@ -227,13 +221,14 @@ fn record_view(record: &Record, expires_in: Duration) -> serde_json::Value {
             "expires": expires,
             "fingerprint": r.fingerprint.short_hex(),
             "body_kept": matches!(r.body, StoredBody::Kept(_)),
-            "body_length": match &r.body { StoredBody::Kept(b) => Some(b.len()), StoredBody::NotKept => None },
+            "body_length": match &r.body { StoredBody::Kept(b) => Some(b.len()), _ => None },
+            "problem": match &r.body { StoredBody::Problem(kind) => Some(kind.as_str()), _ => None },
         }),
     }
 }
 
 /// Makes sure the request counter exists from the start, so dashboards see zeros, not gaps.
-pub fn describe_metrics() {
+pub(crate) fn describe_metrics() {
     metrics::describe_counter!(telemetry::REQUESTS_TOTAL, "Requests by route and outcome");
     metrics::describe_counter!(
         telemetry::FAIL_OPEN_TOTAL,

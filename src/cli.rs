@@ -10,35 +10,37 @@
 //! are validated there too, so a bad `--upstream` gets the same message as a bad `upstream =`.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::config::LogFormat;
+use crate::config::{self, LogFormat, Overrides};
+use crate::{proxy, server, telemetry};
 
 /// A reverse proxy that makes unsafe HTTP requests safe to retry with `Idempotency-Key`.
 #[derive(Debug, Clone, Default, Parser)]
 #[command(name = "idempotency-proxy", version, about)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Config file with routes and policies (TOML).
     #[arg(long, value_name = "PATH", env = "IDEMPOTENCY_PROXY_CONFIG")]
-    pub config: Option<PathBuf>,
+    config: Option<PathBuf>,
 
     /// Address to accept requests on [default: 127.0.0.1:8080].
     #[arg(long, value_name = "ADDR", env = "IDEMPOTENCY_PROXY_LISTEN")]
-    pub listen: Option<String>,
+    listen: Option<String>,
 
     /// Upstream for requests no route matches (the route "default"), http://HOST:PORT[/path].
     #[arg(long, value_name = "URL", env = "IDEMPOTENCY_PROXY_UPSTREAM")]
-    pub upstream: Option<String>,
+    upstream: Option<String>,
 
     /// Where records live: memory, file:PATH, redis://HOST:PORT[/DB], rediss://…,
     /// redis+cluster://HOST:PORT[,…] [default: file:idempotency-proxy.db].
     #[arg(long, value_name = "STORE", env = "IDEMPOTENCY_PROXY_STORE")]
-    pub store: Option<String>,
+    store: Option<String>,
 
     /// Address of the admin listener (health, metrics, keys) [default: off].
     #[arg(long, value_name = "ADDR", env = "IDEMPOTENCY_PROXY_ADMIN_LISTEN")]
-    pub admin_listen: Option<String>,
+    admin_listen: Option<String>,
 
     /// Log line format [default: text].
     #[arg(
@@ -47,11 +49,57 @@ pub struct Cli {
         value_enum,
         env = "IDEMPOTENCY_PROXY_LOG_FORMAT"
     )]
-    pub log_format: Option<LogFormat>,
+    log_format: Option<LogFormat>,
 
     /// Validate the configuration, print the effective config, and exit (0 if valid, else 2).
     #[arg(long)]
-    pub check: bool,
+    check: bool,
+}
+
+impl Cli {
+    /// What the flags override in the file.
+    fn overrides(&self) -> Overrides {
+        Overrides {
+            config: self.config.clone(),
+            listen: self.listen.clone(),
+            upstream: self.upstream.clone(),
+            store: self.store.clone(),
+            admin_listen: self.admin_listen.clone(),
+            log_format: self.log_format,
+        }
+    }
+}
+
+/// The `idempotency-proxy` command: read flags and config, then run until Ctrl-C or SIGTERM.
+/// Exit status 2 for a bad flag or config, with one line saying why.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    let settings = match config::load(&cli.overrides()) {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("idempotency-proxy: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if cli.check {
+        print!("{}", settings.to_toml());
+        return ExitCode::SUCCESS;
+    }
+    telemetry::init_logging(settings.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("idempotency-proxy: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(proxy::serve(settings, server::shutdown_signal())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("idempotency-proxy: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[cfg(test)]

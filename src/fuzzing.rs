@@ -8,12 +8,11 @@
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
-use crate::cli::Cli;
+use crate::config::Overrides;
 use crate::idempotency::extract::key_from_body;
-use crate::idempotency::fingerprint::Fingerprint;
-use crate::idempotency::key::{IdempotencyKey, MAX_KEY_LEN};
-use crate::idempotency::record::{
-    CompletedRecord, FencingToken, InFlightRecord, Record, StoredBody,
+use crate::model::{
+    CompletedRecord, FencingToken, Fingerprint, IdempotencyKey, InFlightRecord, Record, StoredBody,
+    MAX_KEY_LEN,
 };
 
 /// The check a fuzz target runs on one input.
@@ -102,7 +101,7 @@ pub fn config(data: &[u8]) {
     if may_read_files(text) {
         return;
     }
-    let cli = Cli::default();
+    let cli = Overrides::default();
     match crate::config::load_str("fuzz.toml", text, &cli) {
         Err(e) => {
             let line = e.to_string();

@@ -2,30 +2,40 @@
 //! safe to retry.
 //!
 //! A client attaches an idempotency key; the first request with that key goes to the upstream,
-//! its answer is stored, and every retry with the same key gets the stored answer. See
-//! [`IdempotencyLayer`] for embedding it in a Rust service, and the README for running the proxy.
+//! its answer is stored, and every retry with the same key gets the stored answer.
+//!
+//! As a library: put [`IdempotencyLayer`] (with a [`Policy`] and a [`Store`]) in front of a
+//! service, and [`ProblemLayer`] outside it to render the layer's own answers. The vocabulary
+//! the layer and the stores share is in [`model`]. As a whole proxy: [`Proxy`] serves what a
+//! [`config::Settings`] describes; the binary is [`run_command_line`].
 #![forbid(unsafe_code)]
 
-pub mod admin;
-pub mod cli;
+mod admin;
+mod cli;
 pub mod config;
 pub mod error;
-pub mod framing;
+mod framing;
 #[doc(hidden)]
 pub mod fuzzing;
 mod headers;
 pub mod idempotency;
-pub mod proxy;
-pub mod router;
-pub mod secret;
-pub mod server;
+pub mod model;
+mod problem;
+mod proxy;
+mod router;
+mod secret;
+mod server;
 pub mod store;
-pub mod telemetry;
+mod telemetry;
 pub mod units;
-pub mod upstream;
+mod upstream;
 
-pub use error::{ProblemBase, ProxyError};
+pub use cli::run as run_command_line;
+pub use error::ProxyError;
 pub use idempotency::{IdempotencyLayer, IdempotencyService, Policy};
+pub use problem::{ProblemBase, ProblemLayer, ProblemService};
+pub use proxy::{Proxy, StartError};
+pub use secret::Secret;
 pub use store::{Store, StoreError};
 
 /// The boxed error inner services and bodies may fail with.

@@ -7,6 +7,10 @@
 //!   so a duplicate never costs an upstream connection;
 //! - the forwarding client is innermost, so what the layer stores is exactly what the
 //!   upstream said, and "never sent" can be told from "sent, then lost".
+//!
+//! Under every route's layer, the store is wrapped, outermost first, by the replay cache (so a
+//! replay costs no round trip and no decryption) and by the sealing decorator when records are
+//! encrypted at rest.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -18,35 +22,42 @@ use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 use tower::Layer;
 
-use crate::config::Settings;
-use crate::idempotency::{IdempotencyLayer, Policy, ReplayCache};
+use crate::config::{RouteSettings, Settings};
+use crate::idempotency::{IdempotencyLayer, Policy};
+use crate::problem::ProblemLayer;
 use crate::router::{Route, Router};
 use crate::secret::Secret;
-use crate::store::{self, SealedStore, Store, StoreError};
-use crate::{admin, server, upstream};
+use crate::server::{self, App};
+use crate::store::{self, CachingStore, ReplayCache, SealedStore, Store, StoreError};
+use crate::{admin, upstream};
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// The store could not be opened.
     #[error("cannot open the store: {0}")]
     Store(#[from] StoreError),
+    /// A listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address.
         addr: SocketAddr,
+        /// Why.
         source: std::io::Error,
     },
 }
 
-/// The proxy's parts, built once from the settings.
+/// The whole proxy, built once from its settings: routes, store, admin endpoints.
 #[derive(Clone)]
 pub struct Proxy {
-    router: Router,
+    app: App,
+    /// The store with the replay cache in front, so an operator's `DELETE` drops the local copy.
     store: Arc<dyn Store>,
     policies: Vec<Arc<Policy>>,
     /// The first requests running upstream, across all routes.
     executions: TaskTracker,
     admin_token: Option<Secret>,
-    replay_cache: Arc<ReplayCache>,
+    drain_timeout: Duration,
 }
 
 /// The bytes of completed records a proxy keeps in memory for replays.
@@ -62,38 +73,46 @@ impl Proxy {
             Some(keys) => Arc::new(SealedStore::new(store, keys.clone())),
             None => store,
         };
-        let client = upstream::client();
+        let cache = Arc::new(ReplayCache::new(REPLAY_CACHE_BUDGET));
         let executions = TaskTracker::new();
-        let replay_cache = Arc::new(ReplayCache::new(REPLAY_CACHE_BUDGET));
-        let routes = settings.routes.iter().map(|route| Route {
-            name: route.policy.route.clone(),
-            path_prefix: route.path_prefix.clone(),
-            host: route.host.clone(),
-            service: IdempotencyLayer::new(store.clone(), route.policy.clone())
-                .with_task_tracker(executions.clone())
-                .with_replay_cache(replay_cache.clone())
-                .layer(upstream::Upstream::new(
-                    client.clone(),
-                    route.upstream.clone(),
-                )),
+        let client = upstream::client();
+        let routes = settings.routes.iter().map(|route| {
+            let store = cached(&store, &cache, route);
+            let layer = IdempotencyLayer::with_task_tracker(
+                store,
+                route.policy.clone(),
+                executions.clone(),
+            );
+            let upstream = upstream::Upstream::new(client.clone(), route.upstream.clone());
+            Route {
+                path_prefix: route.path_prefix.clone(),
+                host: route.host.clone(),
+                service: layer.layer(upstream),
+            }
         });
-        let policies = settings.routes.iter().map(|r| Arc::new(r.policy.clone()));
-        Self {
-            router: Router::new(routes.collect(), settings.problem_base.clone()),
+        let app = App {
+            router: Router::new(routes.collect()),
+            problems: ProblemLayer::new(settings.problem_base.clone()),
+            limits: settings.limits,
+        };
+        let admin_store = Arc::new(CachingStore::new(
             store,
-            policies: policies.collect(),
+            cache,
+            Duration::ZERO,
+            Duration::ZERO,
+        ));
+        Self {
+            app,
+            store: admin_store,
+            policies: settings
+                .routes
+                .iter()
+                .map(|r| Arc::new(r.policy.clone()))
+                .collect(),
             executions,
             admin_token: settings.admin_token.clone(),
-            replay_cache,
+            drain_timeout: settings.drain_timeout,
         }
-    }
-
-    /// Waits, at most `limit`, for first requests still running upstream to record their
-    /// outcomes, including those whose clients have gone. Returns how many were left.
-    pub async fn finish_executions(&self, limit: Duration) -> usize {
-        self.executions.close();
-        let _ = tokio::time::timeout(limit, self.executions.wait()).await;
-        self.executions.len()
     }
 
     /// Opens the configured store and builds the routes over it.
@@ -102,18 +121,58 @@ impl Proxy {
         Ok(Self::with_store(settings, store))
     }
 
-    pub fn router(&self) -> Router {
-        self.router.clone()
-    }
-
+    /// The admin endpoints (health, readiness, metrics, records), to serve on a listener of
+    /// their own.
     pub fn admin(&self) -> axum::Router {
         let records = admin::Records {
             store: self.store.clone(),
             policies: self.policies.clone(),
-            replay_cache: Some(self.replay_cache.clone()),
         };
         admin::router(records, self.admin_token.clone())
     }
+
+    /// Serves clients on `listener` until `shutdown` resolves, then drains: open connections,
+    /// then operations whose clients have gone, within one `drain_timeout`.
+    pub async fn serve(&self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
+        let requested = Arc::new(OnceLock::new());
+        let noted = requested.clone();
+        let shutdown = async move {
+            shutdown.await;
+            let _ = noted.set(Instant::now());
+        };
+        server::run(listener, self.app.clone(), shutdown, self.drain_timeout).await;
+        let spent = requested.get().map_or(Duration::ZERO, Instant::elapsed);
+        let left = self
+            .finish_executions(self.drain_timeout.saturating_sub(spent))
+            .await;
+        if left > 0 {
+            tracing::warn!(left, "drain timed out with operations still running; their keys free when their leases run out");
+        }
+    }
+
+    /// Waits, at most `limit`, for first requests still running upstream to record their
+    /// outcomes, including those whose clients have gone. Returns how many were left.
+    async fn finish_executions(&self, limit: Duration) -> usize {
+        self.executions.close();
+        let _ = tokio::time::timeout(limit, self.executions.wait()).await;
+        self.executions.len()
+    }
+}
+
+/// A route's view of the store: replays from the shared cache for the route's
+/// `replay_cache_ttl`.
+fn cached(
+    store: &Arc<dyn Store>,
+    cache: &Arc<ReplayCache>,
+    route: &RouteSettings,
+) -> Arc<dyn Store> {
+    let (fresh_for, record_ttl) = (route.replay_cache_ttl, route.policy.ttl);
+    Arc::new(CachingStore::new(
+        store.clone(),
+        cache.clone(),
+        fresh_for,
+        record_ttl,
+    ))
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
@@ -122,7 +181,8 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
         .map_err(|source| StartError::Bind { addr, source })
 }
 
-/// Runs the proxy (and the admin listener, if set) until `shutdown` resolves, then drains.
+/// Runs the proxy the settings describe (and its admin listener, if set) until `shutdown`
+/// resolves, then drains.
 pub async fn serve(
     settings: Settings,
     shutdown: impl Future<Output = ()>,
@@ -135,28 +195,7 @@ pub async fn serve(
         None => None,
     };
     tracing::info!(listen = %settings.listen, store = %settings.store, routes = settings.routes.len(), "proxy listening");
-    // One drain budget for both: open connections, then operations whose clients have gone.
-    let requested = Arc::new(OnceLock::new());
-    let noted = requested.clone();
-    let shutdown = async move {
-        shutdown.await;
-        let _ = noted.set(Instant::now());
-    };
-    server::run(
-        listener,
-        proxy.router(),
-        settings.limits,
-        shutdown,
-        settings.drain_timeout,
-    )
-    .await;
-    let spent = requested.get().map_or(Duration::ZERO, Instant::elapsed);
-    let left = proxy
-        .finish_executions(settings.drain_timeout.saturating_sub(spent))
-        .await;
-    if left > 0 {
-        tracing::warn!(left, "drain timed out with operations still running; their keys free when their leases run out");
-    }
+    proxy.serve(listener, shutdown).await;
     drop(admin);
     tracing::info!("stopped");
     Ok(())

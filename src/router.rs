@@ -4,50 +4,49 @@
 //! so the per-request work here is a scan of a short list and a cheap clone of that stack.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use axum::body::Body;
 use http::{header::HOST, Request, Response};
 use hyper::body::Incoming;
-use tower::ServiceExt;
+use tower::Service;
 
-use crate::error::{ProblemBase, ProxyError};
-use crate::idempotency::key::RouteName;
-use crate::idempotency::IdempotencyService;
+use crate::error::ProxyError;
+use crate::idempotency::{IdempotencyService, ResponseFuture};
 use crate::upstream::Upstream;
 
 /// The stack a route runs: the idempotency layer in front of the forwarding client.
-pub type RouteService = IdempotencyService<Upstream>;
+pub(crate) type RouteService = IdempotencyService<Upstream>;
 
 /// One route: where it applies and what runs it.
 #[derive(Debug, Clone)]
-pub struct Route {
-    pub name: RouteName,
-    pub path_prefix: String,
+pub(crate) struct Route {
+    pub(crate) path_prefix: String,
     /// Lower-case host name without port; `None` matches any host.
-    pub host: Option<String>,
-    pub service: RouteService,
+    pub(crate) host: Option<String>,
+    pub(crate) service: RouteService,
 }
 
 /// All routes, most specific first.
 #[derive(Debug, Clone)]
-pub struct Router {
+pub(crate) struct Router {
     routes: Arc<[Route]>,
-    problem_base: Arc<ProblemBase>,
 }
 
 impl Router {
-    pub fn new(mut routes: Vec<Route>, problem_base: Arc<ProblemBase>) -> Self {
+    pub(crate) fn new(mut routes: Vec<Route>) -> Self {
         // Longest prefix first; at equal length a route bound to a host beats one that is not.
         routes.sort_by_key(|r| (std::cmp::Reverse(r.path_prefix.len()), r.host.is_none()));
         Self {
             routes: routes.into(),
-            problem_base,
         }
     }
 
     /// The route for a request, if any.
-    pub fn select(&self, request: &Request<Incoming>) -> Option<&Route> {
+    pub(crate) fn select<B>(&self, request: &Request<B>) -> Option<&Route> {
         let path = request.uri().path();
         let host = request_host(request);
         self.routes.iter().find(|route| {
@@ -58,37 +57,49 @@ impl Router {
                     .is_none_or(|h| host.as_deref() == Some(h))
         })
     }
+}
 
-    /// The problem response for an error the proxy makes itself.
-    pub fn problem(&self, error: &ProxyError) -> Response<Body> {
-        error.to_response(&self.problem_base)
+impl Service<Request<Incoming>> for Router {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = RouterFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
     }
 
-    /// Routes the request and answers it; upstream failures become problem responses.
-    pub async fn handle(&self, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
-        let Some(route) = self.select(&request) else {
-            return Ok(ProxyError::NoRoute.to_response(&self.problem_base));
-        };
-        let name = route.name.clone();
-        let service = route.service.clone();
-        Ok(service.oneshot(request).await.unwrap_or_else(|error| {
-            if client_body_failed(error.as_ref()) {
-                tracing::info!(route = %name, error = %error, "the client's request body broke off");
-                return ProxyError::UnreadableBody.to_response(&self.problem_base);
-            }
-            tracing::warn!(route = %name, error = %error, "upstream unavailable");
-            ProxyError::UpstreamUnavailable.to_response(&self.problem_base)
-        }))
+    fn call(&mut self, request: Request<Incoming>) -> RouterFuture {
+        match self.select(&request) {
+            Some(route) => RouterFuture::Routed(route.service.clone().call(request)),
+            None => RouterFuture::answered(ProxyError::NoRoute.into_response()),
+        }
     }
 }
 
-/// Whether forwarding failed on the client's side: a streamed body that was malformed (a bad
-/// chunk size) or cut short. hyper's client reports the body it was given failing as a user
-/// error; the upstream is not to blame, and never received a whole request.
-fn client_body_failed(error: &(dyn std::error::Error + 'static)) -> bool {
-    std::iter::successors(Some(error), |e| e.source())
-        .filter_map(|e| e.downcast_ref::<hyper::Error>())
-        .any(hyper::Error::is_user)
+/// The answer of [`Router`]: the route's, or one made without a route.
+pub(crate) enum RouterFuture {
+    Routed(ResponseFuture),
+    Answered(Option<Response<Body>>),
+}
+
+impl RouterFuture {
+    /// A future that is ready with `response`.
+    pub(crate) fn answered(response: Response<Body>) -> Self {
+        Self::Answered(Some(response))
+    }
+}
+
+impl Future for RouterFuture {
+    type Output = Result<Response<Body>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            Self::Routed(future) => Pin::new(future).poll(cx),
+            Self::Answered(response) => {
+                Poll::Ready(Ok(response.take().expect("polled after completion")))
+            }
+        }
+    }
 }
 
 /// The host a request was sent to: `Host`, or the URI authority (HTTP/2), without the port.

@@ -1,10 +1,18 @@
 //! Accepting connections: HTTP/1.1 and h2c on one listener within the configured [`Limits`],
 //! ambiguously framed requests refused, and a graceful drain on shutdown.
+//!
+//! Each connection's requests go through, outermost first:
+//! - [`ProblemLayer`], so every answer the proxy makes itself, wherever below it is made, is
+//!   rendered once, with the configured problem base;
+//! - the connection's own guard ([`PerConnection`]): it tags each request with the client's
+//!   address and refuses an ambiguously framed one before anything routes or reads it;
+//! - the [`Router`], which hands the request to its route's stack.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -14,50 +22,35 @@ use hyper::Request;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tower::{Layer, Service};
 
+use crate::config::Limits;
 use crate::error::ProxyError;
 use crate::framing::{self, FramingGuard, Verdicts};
-use crate::router::Router;
-use crate::units::ByteSize;
+use crate::problem::ProblemLayer;
+use crate::router::{Router, RouterFuture};
 use crate::upstream::ClientAddr;
 
-/// What one client may cost the proxy (SPEC section 8, top-level keys).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// A client that has not sent a whole request head by then is disconnected.
-    pub header_read_timeout: Duration,
-    /// The largest request head (HTTP/1) or header list (HTTP/2); larger gets `431`.
-    pub max_header_bytes: ByteSize,
-    /// Client connections served at once; past it the accept loop waits for one to close.
-    pub max_connections: usize,
+/// What the server serves: the routes, how problems are rendered, what a client may cost.
+#[derive(Debug, Clone)]
+pub(crate) struct App {
+    pub(crate) router: Router,
+    pub(crate) problems: ProblemLayer,
+    pub(crate) limits: Limits,
 }
 
-impl Limits {
-    /// hyper refuses a read buffer smaller than this.
-    pub const MIN_HEADER_BYTES: ByteSize = ByteSize::kib(8);
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            header_read_timeout: Duration::from_secs(10),
-            max_header_bytes: ByteSize::kib(64),
-            max_connections: 10_000,
-        }
-    }
-}
-
-/// Serves `router` on `listener` until `shutdown` resolves, then stops accepting and lets the
+/// Serves `app` on `listener` until `shutdown` resolves, then stops accepting and lets the
 /// open connections finish, for at most `drain_timeout`.
-pub async fn run(
+pub(crate) async fn run(
     listener: TcpListener,
-    router: Router,
-    limits: Limits,
+    app: App,
     shutdown: impl Future<Output = ()>,
     drain_timeout: Duration,
 ) {
+    let limits = app.limits;
     let builder = builder(&limits);
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
@@ -73,7 +66,7 @@ pub async fn run(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let connection = Connection { stream, peer, slot, limits };
-                    serve_connection(&builder, &graceful, connection, router.clone());
+                    serve_connection(&builder, &graceful, connection, &app);
                 }
                 // Running out of file descriptors must not spin the loop.
                 Err(e) => {
@@ -127,7 +120,7 @@ fn serve_connection(
     builder: &auto::Builder<TokioExecutor>,
     graceful: &GracefulShutdown,
     connection: Connection,
-    router: Router,
+    app: &App,
 ) {
     let Connection {
         stream,
@@ -137,7 +130,12 @@ fn serve_connection(
     } = connection;
     let _ = stream.set_nodelay(true);
     let verdicts = Verdicts::new();
-    let service = connection_service(router, peer, verdicts.clone());
+    let guard = PerConnection {
+        router: app.router.clone(),
+        peer,
+        verdicts: verdicts.clone(),
+    };
+    let service = TowerToHyperService::new(app.problems.layer(guard));
     let io = FramingGuard::new(stream, limits.max_header_bytes.as_usize(), verdicts);
     let builder = builder.clone();
     // Taken now, so a drain also waits for a client still sending its first bytes (at most
@@ -158,32 +156,35 @@ fn serve_connection(
     });
 }
 
-/// What serves one connection's requests: refuses those whose framing is ambiguous, routes
-/// the rest.
-fn connection_service(
+/// What serves one connection's requests below the problem renderer: tags each with the
+/// client's address, refuses those whose framing is ambiguous, and routes the rest.
+#[derive(Clone)]
+struct PerConnection {
     router: Router,
     peer: SocketAddr,
     verdicts: Arc<Verdicts>,
-) -> impl hyper::service::Service<
-    Request<Incoming>,
-    Response = Response<Body>,
-    Error = Infallible,
-    Future: Send + 'static,
-> + Send
-       + 'static {
-    hyper::service::service_fn(move |mut request: Request<Incoming>| {
-        request.extensions_mut().insert(ClientAddr(peer));
-        let refusal = verdicts
+}
+
+impl Service<Request<Incoming>> for PerConnection {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = RouterFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut request: Request<Incoming>) -> RouterFuture {
+        request.extensions_mut().insert(ClientAddr(self.peer));
+        let refusal = self
+            .verdicts
             .next_request()
             .or_else(|| framing::check_headers(request.headers()).err());
-        let router = router.clone();
-        async move {
-            match refusal {
-                Some(reason) => Ok(refuse(&router, reason, request.version(), peer)),
-                None => router.handle(request).await,
-            }
+        match refusal {
+            Some(reason) => RouterFuture::answered(refuse(reason, request.version(), self.peer)),
+            None => self.router.call(request),
         }
-    })
+    }
 }
 
 /// Waits, at most `timeout`, until the client has sent enough to tell HTTP/1 from HTTP/2 (or has
@@ -208,14 +209,9 @@ async fn request_started(stream: &TcpStream, timeout: Duration) -> bool {
 
 /// The answer to an ambiguously framed request; on HTTP/1 the connection is closed after it,
 /// as nothing that follows on it can be trusted to start where the client meant.
-fn refuse(
-    router: &Router,
-    reason: &'static str,
-    version: Version,
-    peer: SocketAddr,
-) -> Response<Body> {
+fn refuse(reason: &'static str, version: Version, peer: SocketAddr) -> Response<Body> {
     tracing::warn!(%peer, reason, "refused an ambiguously framed request");
-    let mut response = router.problem(&ProxyError::BadRequest(reason));
+    let mut response = ProxyError::BadRequest(reason).into_response();
     if version < Version::HTTP_2 {
         response
             .headers_mut()
@@ -225,7 +221,7 @@ fn refuse(
 }
 
 /// Resolves on Ctrl-C or SIGTERM: the signals that ask for a drain.
-pub async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -6,9 +6,11 @@
 use std::fmt;
 use std::time::Duration;
 
-use http::StatusCode;
+use axum::body::Body;
+use http::Response;
 
-use crate::idempotency::key::RouteName;
+use crate::error::{Cause, ProxyError};
+use crate::model::RouteName;
 
 /// The counter of requests by route and outcome (SPEC section 7).
 pub const REQUESTS_TOTAL: &str = "idempotency_requests_total";
@@ -100,21 +102,26 @@ impl RouteMetrics {
         }
     }
 
-    /// Logs and counts one finished request. `key_id` is the scoped key's short digest, if any.
+    /// Logs and counts one finished request. `key_id` is the scoped key's short digest, if
+    /// any; the problem the proxy answered and the cause of a failure are read off the response.
     pub fn request_finished(
         &self,
         outcome: RequestOutcome,
-        status: StatusCode,
+        response: &Response<Body>,
         key_id: Option<&str>,
         elapsed: Duration,
     ) {
         self.requests[outcome as usize].increment(1);
+        let problem = response.extensions().get::<ProxyError>();
+        let cause = response.extensions().get::<Cause>();
         tracing::info!(
             route = self.route.as_str(),
             outcome = outcome.as_str(),
-            status = status.as_u16(),
+            status = response.status().as_u16(),
             latency_ms = elapsed.as_secs_f64() * 1000.0,
             key = key_id.unwrap_or("-"),
+            problem = problem.map(ProxyError::problem_type),
+            cause = cause.map(|c| &*c.0),
             "request"
         );
     }

@@ -21,8 +21,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tower::Service;
 
+use crate::error::RequestNotSent;
 use crate::headers::strip_hop_by_hop;
-use crate::idempotency::RequestNotSent;
 use crate::BoxError;
 
 /// The pooled client every route shares.

@@ -11,9 +11,10 @@ use tokio::time::sleep;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use idempotency_proxy::idempotency::fingerprint::Fingerprint;
-use idempotency_proxy::idempotency::key::{IdempotencyKey, RouteName, ScopedKey};
-use idempotency_proxy::idempotency::record::{CompletedRecord, FencingToken, Record, StoredBody};
+use idempotency_proxy::model::{
+    CompletedRecord, FencingToken, Fingerprint, IdempotencyKey, Record, RouteName, ScopedKey,
+    StoredBody,
+};
 use idempotency_proxy::store::{
     self, file::PURGE_INTERVAL, Fenced, FileStore, MemoryStore, Reservation, Store, StoreError,
     StoreSpec,

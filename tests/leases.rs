@@ -9,9 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::proxy::TestProxy;
 use common::upstream::TestUpstream;
-use idempotency_proxy::idempotency::fingerprint::Fingerprint;
-use idempotency_proxy::idempotency::key::ScopedKey;
-use idempotency_proxy::idempotency::record::{CompletedRecord, FencingToken, Record};
+use idempotency_proxy::model::{CompletedRecord, FencingToken, Fingerprint, Record, ScopedKey};
 use idempotency_proxy::store::{Fenced, MemoryStore, Reservation, Store, StoreError};
 
 /// A store whose holders cannot renew: what a proxy paused by a long GC or a network partition

@@ -13,9 +13,10 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use idempotency_proxy::idempotency::fingerprint::Fingerprint;
-use idempotency_proxy::idempotency::key::{ClientScope, IdempotencyKey, RouteName, ScopedKey};
-use idempotency_proxy::idempotency::record::{CompletedRecord, FencingToken, Record, StoredBody};
+use idempotency_proxy::model::{
+    ClientScope, CompletedRecord, FencingToken, Fingerprint, IdempotencyKey, Record, RouteName,
+    ScopedKey, StoredBody,
+};
 use idempotency_proxy::store::{
     Fenced, FileStore, MemoryStore, RedisStore, Reservation, Store, StoreError, StoreSpec,
 };

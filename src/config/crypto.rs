@@ -6,9 +6,9 @@
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+use super::error::ConfigError;
 use super::source::Source;
 use super::values::duration;
-use super::ConfigError;
 use crate::idempotency::verify::{Scheme, Verifier};
 use crate::secret::Secret;
 use crate::store::{SealingKey, SealingKeys};
@@ -75,8 +75,7 @@ pub fn verify_table(verifier: &Verifier) -> VerifyTable {
 mod tests {
     use std::path::PathBuf;
 
-    use crate::cli::Cli;
-    use crate::config::{load_str, ConfigError, Settings};
+    use crate::config::{load_str, ConfigError, Overrides, Settings};
 
     /// A secret file for one test; its path is what the config names.
     fn secret_file(name: &str, value: &str) -> PathBuf {
@@ -90,7 +89,7 @@ mod tests {
 
     fn load(text: &str) -> Result<Settings, ConfigError> {
         let text = format!("upstream = \"http://127.0.0.1:9000\"\n{text}");
-        load_str("config.toml", &text, &Cli::default())
+        load_str("config.toml", &text, &Overrides::default())
     }
 
     #[test]
@@ -108,7 +107,7 @@ mod tests {
         let printed = settings.to_toml();
         assert!(printed.contains(&format!("encryption_key = \"file:{}\"", current.display())));
         assert!(!printed.contains(&"0f".repeat(32)), "{printed}");
-        let again = load_str("check.toml", &printed, &Cli::default()).unwrap();
+        let again = load_str("check.toml", &printed, &Overrides::default()).unwrap();
         assert_eq!(format!("{settings:?}"), format!("{again:?}"));
     }
 
@@ -152,7 +151,7 @@ mod tests {
             "{printed}"
         );
         assert!(printed.contains("tolerance = \"1m\""), "{printed}");
-        let again = load_str("check.toml", &printed, &Cli::default()).unwrap();
+        let again = load_str("check.toml", &printed, &Overrides::default()).unwrap();
         assert_eq!(format!("{settings:?}"), format!("{again:?}"));
 
         let github = load(&route("scheme = \"github\"\ntolerance = \"1m\"")).unwrap_err();

@@ -8,7 +8,7 @@ const UPSTREAM: &str = "upstream = \"http://127.0.0.1:9000\"\n";
 /// Loads `text` and checks the error names `config.toml:LINE:` and the key.
 #[track_caller]
 fn refused(text: &str, line: usize, key: &str) -> String {
-    let err = match load_str("config.toml", text, &Cli::default()) {
+    let err = match load_str("config.toml", text, &Overrides::default()) {
         Ok(settings) => panic!("should be refused:\n{text}\nbut gave {settings:?}"),
         Err(err) => err,
     };
@@ -200,23 +200,23 @@ fn top_level_values_are_checked() {
 fn a_bad_flag_value_names_the_flag() {
     let cases = [
         (
-            Cli {
+            Overrides {
                 listen: Some("nowhere".into()),
-                ..Cli::default()
+                ..Overrides::default()
             },
             "--listen: ",
         ),
         (
-            Cli {
+            Overrides {
                 upstream: Some("https://127.0.0.1:9000".into()),
-                ..Cli::default()
+                ..Overrides::default()
             },
             "--upstream: ",
         ),
         (
-            Cli {
+            Overrides {
                 store: Some("postgres://x".into()),
-                ..Cli::default()
+                ..Overrides::default()
             },
             "--store: ",
         ),
@@ -235,7 +235,7 @@ fn syntax_errors_name_the_line() {
     let message = load_str(
         "config.toml",
         "upstream = \"http://a:1\"\n[defaults\n",
-        &Cli::default(),
+        &Overrides::default(),
     )
     .unwrap_err()
     .to_string();
@@ -266,6 +266,6 @@ fn no_input_panics() {
         "[defaults]\nrelease_on = [1e9]",
     ];
     for text in inputs {
-        let _ = load_str("config.toml", text, &Cli::default());
+        let _ = load_str("config.toml", text, &Overrides::default());
     }
 }

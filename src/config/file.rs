@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use super::LogFormat;
+use super::settings::LogFormat;
 use crate::idempotency::policy::{AmbiguousPolicy, ConcurrentPolicy, StoreErrorPolicy};
 use crate::units::ByteSize;
 

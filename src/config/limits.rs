@@ -1,11 +1,39 @@
 //! The top-level limits on what one client may cost: `header_read_timeout`,
 //! `max_header_bytes` and `max_connections`, read into [`Limits`] and printed back.
 
+use std::time::Duration;
+
+use super::error::ConfigError;
 use super::file::{unspanned, RawFile};
 use super::source::Source;
-use super::{values, ConfigError};
-use crate::server::Limits;
+use super::values;
 use crate::units::ByteSize;
+
+/// What one client may cost the proxy (SPEC section 8, top-level keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// A client that has not sent a whole request head by then is disconnected.
+    pub header_read_timeout: Duration,
+    /// The largest request head (HTTP/1) or header list (HTTP/2); larger gets `431`.
+    pub max_header_bytes: ByteSize,
+    /// Client connections served at once; past it the accept loop waits for one to close.
+    pub max_connections: usize,
+}
+
+impl Limits {
+    /// hyper refuses a read buffer smaller than this.
+    pub const MIN_HEADER_BYTES: ByteSize = ByteSize::kib(8);
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            max_header_bytes: ByteSize::kib(64),
+            max_connections: 10_000,
+        }
+    }
+}
 
 /// The limits the file sets, the defaults for the others.
 pub fn resolve(src: &Source, raw: &RawFile) -> Result<Limits, ConfigError> {
@@ -55,20 +83,14 @@ pub fn print(limits: &Limits, raw: &mut RawFile) {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use super::super::{load_str, ConfigError};
+    use super::super::{load_str, Overrides, Settings};
     use super::*;
-    use crate::cli::Cli;
 
     const UPSTREAM: &str = "upstream = \"http://127.0.0.1:9000\"\n";
 
-    fn load(lines: &str) -> Result<crate::config::Settings, ConfigError> {
-        load_str(
-            "config.toml",
-            &format!("{UPSTREAM}{lines}\n"),
-            &Cli::default(),
-        )
+    fn load(lines: &str) -> Result<Settings, ConfigError> {
+        let text = format!("{UPSTREAM}{lines}\n");
+        load_str("config.toml", &text, &Overrides::default())
     }
 
     #[test]
@@ -93,7 +115,7 @@ mod tests {
         assert_eq!(settings.limits, want);
         let printed = settings.to_toml();
         assert!(printed.contains("max_connections = 3"), "{printed}");
-        let again = load_str("printed.toml", &printed, &Cli::default()).unwrap();
+        let again = load_str("printed.toml", &printed, &Overrides::default()).unwrap();
         assert_eq!(again.limits, want);
     }
 

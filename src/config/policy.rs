@@ -1,15 +1,52 @@
-//! Applying a `[defaults]` or `[[routes]]` table's policy keys over an inherited [`Policy`].
+//! Applying a `[defaults]` or `[[routes]]` table's keys over what a route inherits.
+
+use std::time::Duration;
 
 use toml::Spanned;
 
+use super::error::ConfigError;
 use super::file::PolicyTable;
+use super::settings::RouteSettings;
 use super::source::Source;
 use super::values::{duration, header, headers, json_pointer, method, optional_header, status};
-use super::ConfigError;
 use crate::idempotency::policy::{KeySource, Policy};
 
-/// Overrides in `policy` every key the table sets; the others keep their inherited value.
-pub fn apply(src: &Source, policy: &mut Policy, table: &PolicyTable) -> Result<(), ConfigError> {
+/// What a route inherits from `[defaults]` and may override: the idempotency layer's policy,
+/// and how the proxy serves the route.
+#[derive(Debug, Clone)]
+pub(super) struct Inherited {
+    pub(super) policy: Policy,
+    pub(super) replay_cache_ttl: Duration,
+}
+
+impl Inherited {
+    pub(super) fn new(policy: Policy) -> Self {
+        Self {
+            policy,
+            replay_cache_ttl: RouteSettings::DEFAULT_REPLAY_CACHE_TTL,
+        }
+    }
+}
+
+/// Overrides every key the table sets; the others keep their inherited value.
+pub(super) fn apply(
+    src: &Source,
+    inherited: &mut Inherited,
+    table: &PolicyTable,
+) -> Result<(), ConfigError> {
+    // Zero is allowed here: it turns the local replay cache off.
+    let cache = &mut inherited.replay_cache_ttl;
+    set(
+        src,
+        "replay_cache_ttl",
+        &table.replay_cache_ttl,
+        cache,
+        |d| crate::units::humane_duration::parse(d),
+    )?;
+    apply_policy(src, &mut inherited.policy, table)
+}
+
+fn apply_policy(src: &Source, policy: &mut Policy, table: &PolicyTable) -> Result<(), ConfigError> {
     apply_key_source(src, policy, table)?;
     apply_headers(src, policy, table)?;
     apply_durations(src, policy, table)?;
@@ -119,15 +156,6 @@ fn apply_durations(
         &table.upstream_timeout,
         upstream,
         |d| duration(d),
-    )?;
-    // Zero is allowed here: it turns the local replay cache off.
-    let cache = &mut policy.replay_cache_ttl;
-    set(
-        src,
-        "replay_cache_ttl",
-        &table.replay_cache_ttl,
-        cache,
-        |d| crate::units::humane_duration::parse(d),
     )
 }
 

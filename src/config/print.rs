@@ -6,11 +6,12 @@
 //! same settings without any `[defaults]` or top-level `upstream`.
 
 use super::file::{unspanned, PolicyTable, RawFile, RouteHead, RouteTable};
-use super::{RouteSettings, Settings};
+use super::settings::{RouteSettings, Settings};
 use crate::idempotency::policy::{KeySource, Policy};
 use toml::Spanned;
 
-pub fn to_toml(settings: &Settings) -> String {
+/// The settings as a config file that loads to them.
+pub(super) fn to_toml(settings: &Settings) -> String {
     let mut raw = RawFile {
         listen: unspanned(settings.listen.to_string()),
         admin_listen: settings.admin_listen.and_then(|a| unspanned(a.to_string())),
@@ -49,7 +50,9 @@ fn route(route: &RouteSettings) -> Spanned<RouteTable> {
         host: route.host.clone().and_then(unspanned),
         upstream: unspanned(route.upstream.to_string()),
     };
-    Spanned::new(0..0, RouteTable::join(head, policy(&route.policy)))
+    let mut keys = policy(&route.policy);
+    keys.replay_cache_ttl = unspanned(humane(route.replay_cache_ttl));
+    Spanned::new(0..0, RouteTable::join(head, keys))
 }
 
 fn policy(policy: &Policy) -> PolicyTable {
@@ -89,7 +92,7 @@ fn policy(policy: &Policy) -> PolicyTable {
         on_ambiguous: unspanned(policy.on_ambiguous),
         on_store_error: unspanned(policy.on_store_error),
         replay_exclude_headers: unspanned(names(&policy.replay_exclude_headers)),
-        replay_cache_ttl: unspanned(humane(policy.replay_cache_ttl)),
+        replay_cache_ttl: None,
         verify: policy
             .verify
             .as_ref()

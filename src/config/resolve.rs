@@ -12,14 +12,16 @@ use std::time::Duration;
 
 use toml::Spanned;
 
+use super::error::ConfigError;
 use super::file::{RawFile, RouteHead, RouteTable};
+use super::policy::{self, Inherited};
+use super::settings::{Overrides, RouteSettings, Settings, DEFAULT_LISTEN};
 use super::source::Source;
+use super::values;
 use super::values::{host, path_prefix, socket_addr, upstream_uri};
-use super::{policy, values, ConfigError, RouteSettings, Settings, DEFAULT_LISTEN};
-use crate::cli::Cli;
-use crate::error::ProblemBase;
-use crate::idempotency::key::RouteName;
-use crate::idempotency::policy::Policy;
+use crate::idempotency::Policy;
+use crate::model::RouteName;
+use crate::problem::ProblemBase;
 use crate::secret::Secret;
 use crate::store::StoreSpec;
 
@@ -69,11 +71,17 @@ fn origin(src: &Source, given: &Given) -> String {
     }
 }
 
-pub fn resolve(src: &Source, raw: RawFile, cli: &Cli) -> Result<Settings, ConfigError> {
+/// Settings from the raw file and the overrides, or the first problem found.
+pub(super) fn resolve(
+    src: &Source,
+    raw: RawFile,
+    cli: &Overrides,
+) -> Result<Settings, ConfigError> {
     let limits = super::limits::resolve(src, &raw)?;
     let problem_base = Arc::new(problem_base(src, raw.problem_base.as_ref())?);
-    let mut defaults = Policy::new(RouteName::new(RouteName::DEFAULT).expect("a valid route name"));
-    defaults.problem_base = Arc::clone(&problem_base);
+    let mut defaults = Inherited::new(Policy::new(
+        RouteName::new(RouteName::DEFAULT).expect("a valid route name"),
+    ));
     policy::apply(src, &mut defaults, &raw.defaults.unwrap_or_default())?;
     let upstream = Given::pick(
         ("--upstream", cli.upstream.as_ref()),
@@ -106,7 +114,7 @@ fn problem_base(src: &Source, file: Option<&Spanned<String>>) -> Result<ProblemB
 
 fn listen(
     src: &Source,
-    cli: &Cli,
+    cli: &Overrides,
     file: Option<&Spanned<String>>,
 ) -> Result<SocketAddr, ConfigError> {
     Given::pick(("--listen", cli.listen.as_ref()), ("listen", file))
@@ -115,7 +123,7 @@ fn listen(
 
 fn admin_listen(
     src: &Source,
-    cli: &Cli,
+    cli: &Overrides,
     file: Option<&Spanned<String>>,
 ) -> Result<Option<SocketAddr>, ConfigError> {
     Given::pick(
@@ -128,7 +136,7 @@ fn admin_listen(
 
 fn store(
     src: &Source,
-    cli: &Cli,
+    cli: &Overrides,
     file: Option<&Spanned<String>>,
 ) -> Result<StoreSpec, ConfigError> {
     let parse = |raw: &str| raw.parse::<StoreSpec>().map_err(|e| e.to_string());
@@ -146,7 +154,7 @@ fn drain_timeout(src: &Source, file: Option<&Spanned<String>>) -> Result<Duratio
 fn routes(
     src: &Source,
     tables: Vec<Spanned<RouteTable>>,
-    defaults: &Policy,
+    defaults: &Inherited,
     upstream: Option<Given>,
 ) -> Result<Vec<RouteSettings>, ConfigError> {
     let mut names: HashMap<String, Range<usize>> = HashMap::new();
@@ -155,10 +163,10 @@ fn routes(
         let span = table.span();
         let (head, keys) = table.into_inner().split();
         let name = unique_name(src, &head, span.clone(), &mut names)?;
-        let mut policy = defaults.clone();
-        policy.route = name;
-        policy::apply(src, &mut policy, &keys)?;
-        routes.push(route(src, head, span, policy)?);
+        let mut inherited = defaults.clone();
+        inherited.policy.route = name;
+        policy::apply(src, &mut inherited, &keys)?;
+        routes.push(route(src, head, span, inherited)?);
     }
     if let Some(given) = upstream {
         routes.push(default_route(src, given, defaults, &names)?);
@@ -173,7 +181,7 @@ fn routes(
 fn default_route(
     src: &Source,
     upstream: Given,
-    defaults: &Policy,
+    defaults: &Inherited,
     names: &HashMap<String, Range<usize>>,
 ) -> Result<RouteSettings, ConfigError> {
     if let Some(span) = names.get(RouteName::DEFAULT) {
@@ -187,7 +195,8 @@ fn default_route(
         path_prefix: "/".into(),
         host: None,
         upstream: upstream.parse(src, upstream_uri)?,
-        policy: defaults.clone(),
+        policy: defaults.policy.clone(),
+        replay_cache_ttl: defaults.replay_cache_ttl,
     })
 }
 
@@ -221,8 +230,12 @@ fn route(
     src: &Source,
     head: RouteHead,
     table: Range<usize>,
-    policy: Policy,
+    inherited: Inherited,
 ) -> Result<RouteSettings, ConfigError> {
+    let Inherited {
+        policy,
+        replay_cache_ttl,
+    } = inherited;
     let missing = |key: &str| {
         let reason = format!(
             "key {key:?}: route {:?} has no {key}",
@@ -241,6 +254,7 @@ fn route(
         host: host.transpose()?,
         upstream: check(src, upstream, "upstream", upstream_uri)?,
         policy,
+        replay_cache_ttl,
     })
 }
 

@@ -8,8 +8,8 @@ use std::ops::Range;
 
 use toml::Spanned;
 
+use super::error::ConfigError;
 use super::file::RawFile;
-use super::ConfigError;
 
 /// The config text and the name errors call it by.
 pub struct Source<'a> {

@@ -6,12 +6,15 @@ use std::time::Duration;
 use http::{HeaderName, Method, StatusCode};
 
 use super::*;
-use crate::idempotency::key::RouteName;
 use crate::idempotency::policy::{AmbiguousPolicy, ConcurrentPolicy, KeySource};
+use crate::idempotency::Policy;
+use crate::model::RouteName;
+use crate::problem::ProblemBase;
+use crate::store::StoreSpec;
 use crate::units::ByteSize;
 
 fn load_text(text: &str) -> Result<Settings, ConfigError> {
-    load_str("config.toml", text, &Cli::default())
+    load_str("config.toml", text, &Overrides::default())
 }
 
 fn settings(text: &str) -> Settings {
@@ -28,9 +31,9 @@ fn route<'a>(settings: &'a Settings, name: &str) -> &'a RouteSettings {
 
 #[test]
 fn an_upstream_alone_gives_the_spec_defaults() {
-    let cli = Cli {
+    let cli = Overrides {
         upstream: Some("http://127.0.0.1:9000".into()),
-        ..Cli::default()
+        ..Overrides::default()
     };
     let settings = load(&cli).unwrap();
     assert_eq!(settings.listen, "127.0.0.1:8080".parse().unwrap());
@@ -51,7 +54,7 @@ fn an_upstream_alone_gives_the_spec_defaults() {
 
 #[test]
 fn nothing_to_forward_to_is_refused() {
-    let err = load(&Cli::default()).unwrap_err();
+    let err = load(&Overrides::default()).unwrap_err();
     assert_eq!(err, ConfigError::NoUpstream);
     assert_eq!(
         err.to_string(),
@@ -135,18 +138,40 @@ fn routes_start_from_the_defaults_and_override_them() {
 }
 
 #[test]
-fn every_route_shares_the_settings_problem_base() {
+fn the_problem_base_is_read() {
     let settings = settings(LAYERED);
     assert_eq!(
         settings.problem_base.as_str(),
         "https://api.example.com/docs/idempotency#"
     );
-    for route in &settings.routes {
-        assert!(Arc::ptr_eq(
-            &route.policy.problem_base,
-            &settings.problem_base
-        ));
-    }
+}
+
+#[test]
+fn replay_cache_ttl_is_inherited_and_overridden_per_route() {
+    let text = r#"
+[defaults]
+replay_cache_ttl = "5s"
+[[routes]]
+name = "a"
+path_prefix = "/a"
+upstream = "http://127.0.0.1:9000"
+[[routes]]
+name = "b"
+path_prefix = "/b"
+upstream = "http://127.0.0.1:9000"
+replay_cache_ttl = "0s"
+"#;
+    let routes = settings(text).routes;
+    assert_eq!(routes[0].replay_cache_ttl, Duration::from_secs(5));
+    assert_eq!(routes[1].replay_cache_ttl, Duration::ZERO);
+    let printed = settings(text).to_toml();
+    let again = settings(&printed).routes;
+    assert_eq!(again[1].replay_cache_ttl, Duration::ZERO);
+    let none = settings("upstream = \"http://127.0.0.1:9000\"").routes;
+    assert_eq!(
+        none[0].replay_cache_ttl,
+        RouteSettings::DEFAULT_REPLAY_CACHE_TTL
+    );
 }
 
 #[test]
@@ -158,13 +183,13 @@ store = "memory"
 upstream = "http://127.0.0.1:1002"
 log_format = "text"
 "#;
-    let cli = Cli {
+    let cli = Overrides {
         listen: Some("0.0.0.0:2000".into()),
         admin_listen: Some("127.0.0.1:2001".into()),
         store: Some("redis://127.0.0.1:6379".into()),
         upstream: Some("http://127.0.0.1:2002".into()),
         log_format: Some(LogFormat::Json),
-        ..Cli::default()
+        ..Overrides::default()
     };
     let settings = load_str("config.toml", text, &cli).unwrap();
     assert_eq!(settings.listen, "0.0.0.0:2000".parse().unwrap());
@@ -186,9 +211,9 @@ log_format = "text"
 #[test]
 fn the_file_applies_where_no_flag_is_given() {
     let text = "listen = \"127.0.0.1:1000\"\nstore = \"memory\"\nlog_format = \"json\"\n";
-    let cli = Cli {
+    let cli = Overrides {
         upstream: Some("http://127.0.0.1:2002".into()),
-        ..Cli::default()
+        ..Overrides::default()
     };
     let settings = load_str("config.toml", text, &cli).unwrap();
     assert_eq!(settings.listen, "127.0.0.1:1000".parse().unwrap());
@@ -199,9 +224,9 @@ fn the_file_applies_where_no_flag_is_given() {
 #[test]
 fn the_upstream_flag_cannot_share_its_name_with_a_route() {
     let text = "[[routes]]\nname = \"default\"\npath_prefix = \"/\"\nupstream = \"http://a:1\"\n";
-    let cli = Cli {
+    let cli = Overrides {
         upstream: Some("http://127.0.0.1:9000".into()),
-        ..Cli::default()
+        ..Overrides::default()
     };
     let message = load_str("config.toml", text, &cli).unwrap_err().to_string();
     assert!(message.starts_with("config.toml:2: "), "{message}");
@@ -218,9 +243,9 @@ fn load_reads_the_named_file_and_names_it_in_errors() {
         "upstream = \"http://127.0.0.1:9000\"\nttl = \"1h\"\n",
     )
     .unwrap();
-    let cli = Cli {
+    let cli = Overrides {
         config: Some(path.clone()),
-        ..Cli::default()
+        ..Overrides::default()
     };
     let message = load(&cli).unwrap_err().to_string();
     let _ = std::fs::remove_file(&path);
@@ -230,18 +255,18 @@ fn load_reads_the_named_file_and_names_it_in_errors() {
     );
     assert!(message.contains("\"ttl\""), "{message}");
 
-    let missing = Cli {
+    let missing = Overrides {
         config: Some(PathBuf::from("/nonexistent/idempotency-proxy.toml")),
-        ..Cli::default()
+        ..Overrides::default()
     };
     assert!(matches!(load(&missing), Err(ConfigError::Read { .. })));
 }
 
 #[test]
 fn to_toml_loads_back_to_the_same_settings() {
-    let cli = Cli {
+    let cli = Overrides {
         admin_listen: Some("127.0.0.1:9090".into()),
-        ..Cli::default()
+        ..Overrides::default()
     };
     let text = format!(
         "{LAYERED}\nmethods = [\"POST\", \"PUT\"]\nfingerprint_headers = [\"X-Tenant\"]\n\
@@ -249,7 +274,7 @@ fn to_toml_loads_back_to_the_same_settings() {
     );
     let first = load_str("config.toml", &text, &cli).unwrap();
     let printed = first.to_toml();
-    let second = load_str("check.toml", &printed, &Cli::default())
+    let second = load_str("check.toml", &printed, &Overrides::default())
         .unwrap_or_else(|e| panic!("{e}\n{printed}"));
     assert_eq!(format!("{first:?}"), format!("{second:?}"));
     assert_eq!(second.to_toml(), printed);
@@ -261,9 +286,9 @@ fn to_toml_loads_back_to_the_same_settings() {
 #[test]
 fn the_example_file_loads() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
-    let cli = Cli {
+    let cli = Overrides {
         config: Some(path),
-        ..Cli::default()
+        ..Overrides::default()
     };
     let settings = load(&cli).unwrap_or_else(|e| panic!("{e}"));
     let names: Vec<_> = settings

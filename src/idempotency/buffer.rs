@@ -13,7 +13,7 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
 
-use super::record::StoredBody;
+use crate::model::StoredBody;
 use crate::BoxError;
 
 /// An upstream body, read whole or found too large to keep.

@@ -5,8 +5,8 @@ use http::{header, request::Parts, HeaderMap, HeaderName};
 use http_body::Body as HttpBody;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::key::{IdempotencyKey, KeyError};
 use crate::error::ProxyError;
+use crate::model::{IdempotencyKey, KeyError};
 use crate::units::ByteSize;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

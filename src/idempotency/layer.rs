@@ -1,13 +1,13 @@
-//! The public `tower::Layer`: holds the configuration, nothing else.
+//! The public `tower::Layer`: what a route's requests share, built once, nothing else.
 
 use std::sync::Arc;
 
 use tokio_util::task::TaskTracker;
 use tower::Layer;
 
-use super::cache::ReplayCache;
+use super::context::Context;
 use super::policy::Policy;
-use super::service::{IdempotencyService, Shared};
+use super::service::IdempotencyService;
 use crate::store::Store;
 use crate::telemetry::RouteMetrics;
 
@@ -17,58 +17,69 @@ use crate::telemetry::RouteMetrics;
 /// ```
 /// use std::sync::Arc;
 /// use axum::{routing::post, Router};
-/// use idempotency_proxy::idempotency::key::RouteName;
+/// use idempotency_proxy::model::RouteName;
 /// use idempotency_proxy::store::MemoryStore;
-/// use idempotency_proxy::{IdempotencyLayer, Policy};
+/// use idempotency_proxy::{IdempotencyLayer, Policy, ProblemLayer};
+/// use tower::ServiceExt;
 ///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
 /// let mut policy = Policy::new(RouteName::new("payments").unwrap());
 /// policy.require_key = true;
 /// let app: Router = Router::new()
 ///     .route("/v1/charges", post(|| async { "charged once" }))
-///     .layer(IdempotencyLayer::new(Arc::new(MemoryStore::new()), policy));
-/// # let _ = app;
+///     .layer(IdempotencyLayer::new(Arc::new(MemoryStore::new()), policy))
+///     .layer(ProblemLayer::default());
+///
+/// let charge = || {
+///     http::Request::post("/v1/charges")
+///         .header("idempotency-key", "order-1")
+///         .body(axum::body::Body::from("{}"))
+///         .unwrap()
+/// };
+/// let first = app.clone().oneshot(charge()).await.unwrap();
+/// let retry = app.clone().oneshot(charge()).await.unwrap();
+/// assert!(first.headers().get("idempotent-replayed").is_none());
+/// assert_eq!(retry.headers()["idempotent-replayed"], "true");
+/// # }
 /// ```
 ///
-/// Metrics are registered with the global `metrics` recorder when the layer is built, so
-/// install the recorder first.
+/// Answers the layer makes itself (`409`, `422`, ...) carry their [`ProxyError`](crate::ProxyError)
+/// and are rendered as `application/problem+json` by [`ProblemLayer`](crate::ProblemLayer): put
+/// it outside this one. Metrics are registered with the global `metrics` recorder when the layer
+/// is built, so install the recorder first.
 ///
 /// The inner service gets requests with an [`axum::body::Body`]; answers are stored as the
-/// [`Policy`] says. An inner error wrapping [`RequestNotSent`](super::RequestNotSent) frees the
-/// key; any other error is ambiguous and handled by `on_ambiguous`.
+/// [`Policy`] says. An inner error wrapping [`RequestNotSent`](crate::error::RequestNotSent)
+/// frees the key; any other error is ambiguous and handled by `on_ambiguous`.
 #[derive(Debug, Clone)]
 pub struct IdempotencyLayer {
-    shared: Shared,
+    ctx: Arc<Context>,
 }
 
 impl IdempotencyLayer {
+    /// A layer keeping its records in `store` and applying `policy` to every request.
     pub fn new(store: Arc<dyn Store>, policy: Policy) -> Self {
-        let shared = Shared {
+        Self::with_task_tracker(store, policy, TaskTracker::new())
+    }
+
+    /// Like [`new`](Self::new), running first requests in tasks of `tracker`, so the caller can
+    /// wait for them to finish and record their outcomes before shutting down
+    /// (`tracker.close(); tracker.wait().await`).
+    pub fn with_task_tracker(store: Arc<dyn Store>, policy: Policy, tracker: TaskTracker) -> Self {
+        let ctx = Context {
             store,
-            metrics: Arc::new(RouteMetrics::new(&policy.route)),
-            policy: Arc::new(policy),
-            waiters: Arc::default(),
-            tasks: TaskTracker::new(),
-            cache: None,
+            metrics: RouteMetrics::new(&policy.route),
+            policy,
+            waiters: Default::default(),
+            tasks: tracker,
         };
-        Self { shared }
+        Self { ctx: Arc::new(ctx) }
     }
 
-    /// Runs first requests in tasks of `tracker`, so the caller can wait for them to finish and
-    /// record their outcomes before shutting down (`tracker.close(); tracker.wait().await`).
-    pub fn with_task_tracker(mut self, tracker: TaskTracker) -> Self {
-        self.shared.tasks = tracker;
-        self
-    }
-
-    /// Answers replays from `cache` for up to the policy's `replay_cache_ttl`, without a store
-    /// round trip. Share one cache between layers; invalidate it where records are dropped.
-    pub fn with_replay_cache(mut self, cache: Arc<ReplayCache>) -> Self {
-        self.shared.cache = Some(cache);
-        self
-    }
-
+    /// The policy every request is handled under.
     pub fn policy(&self) -> &Policy {
-        &self.shared.policy
+        &self.ctx.policy
     }
 }
 
@@ -76,6 +87,6 @@ impl<S> Layer<S> for IdempotencyLayer {
     type Service = IdempotencyService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        IdempotencyService::new(inner, self.shared.clone())
+        IdempotencyService::new(inner, self.ctx.clone())
     }
 }

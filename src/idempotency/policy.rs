@@ -3,14 +3,13 @@
 //! A `Policy` is the resolved form of one route's config (SPEC section 8): defaults already
 //! merged, units already parsed. Library users build one with [`Policy::new`] and adjust fields.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderName, Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use super::key::RouteName;
-use crate::error::ProblemBase;
+use super::verify::Verifier;
+use crate::model::RouteName;
 use crate::units::ByteSize;
 
 /// Where the idempotency key is taken from. A route names exactly one source.
@@ -55,36 +54,43 @@ pub enum StoreErrorPolicy {
 /// The resolved settings of one route.
 #[derive(Debug, Clone)]
 pub struct Policy {
+    /// The route's name: part of every scoped key, and of metrics and logs.
     pub route: RouteName,
     /// The methods the route covers; others pass straight through.
     pub methods: Vec<Method>,
+    /// Where the key is read from.
     pub key_source: KeySource,
+    /// Whether a covered request without a key is refused (`400 missing-key`).
     pub require_key: bool,
     /// The client identity header; its SHA-256 is part of the scope.
     pub scope_header: Option<HeaderName>,
+    /// Headers that are part of "the same request".
     pub fingerprint_headers: Vec<HeaderName>,
     /// How long a completed record is kept.
     pub ttl: Duration,
     /// How long an in-flight reservation lives without renewal.
     pub lease: Duration,
+    /// What a duplicate gets while the first is running.
     pub concurrent: ConcurrentPolicy,
+    /// How long a waiting duplicate waits (`concurrent = "wait"`).
     pub wait_timeout: Duration,
+    /// How long the upstream may take; past it the outcome is ambiguous.
     pub upstream_timeout: Duration,
+    /// The largest request body a covered request may have.
     pub max_request_body: ByteSize,
+    /// The largest answer body that is stored; larger ones are streamed and not kept.
     pub max_cached_body: ByteSize,
     /// Statuses meaning "not executed": the reservation is released.
     pub release_on: Vec<StatusCode>,
+    /// What is stored when it is unknown whether the operation ran.
     pub on_ambiguous: AmbiguousPolicy,
+    /// What happens when the store cannot be reached.
     pub on_store_error: StoreErrorPolicy,
     /// Response headers never stored nor replayed, beyond the fixed set.
     pub replay_exclude_headers: Vec<HeaderName>,
-    /// How long a replica may answer a replay from its local copy of a completed record; an
-    /// operator's `DELETE` on another replica is seen here within this time. Zero turns it off.
-    pub replay_cache_ttl: Duration,
     /// The signature every covered request must carry (signed webhooks), checked before the
     /// key is reserved.
-    pub verify: Option<super::verify::Verifier>,
-    pub problem_base: Arc<ProblemBase>,
+    pub verify: Option<Verifier>,
 }
 
 impl Policy {
@@ -110,12 +116,11 @@ impl Policy {
             on_ambiguous: AmbiguousPolicy::Keep,
             on_store_error: StoreErrorPolicy::FailClosed,
             replay_exclude_headers: Vec::new(),
-            replay_cache_ttl: Duration::from_secs(1),
             verify: None,
-            problem_base: Arc::new(ProblemBase::default()),
         }
     }
 
+    /// Whether requests of this method are deduplicated.
     pub fn covers(&self, method: &Method) -> bool {
         self.methods.contains(method)
     }

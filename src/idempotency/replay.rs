@@ -1,48 +1,36 @@
-//! Turning responses into records and records back into responses.
-
-use std::time::SystemTime;
+//! Step 6 of a request's life (SPEC section 3): a completed record back into the answer it
+//! stores, byte for byte, marked as a replay.
 
 use axum::body::Body;
-use bytes::Bytes;
-use http::{response::Parts, HeaderName, HeaderValue, Response};
+use http::{HeaderName, HeaderValue, Response};
 
-use super::fingerprint::Fingerprint;
-use super::record::{CompletedRecord, FencingToken, StoredBody};
-use crate::error::{ProblemBase, ProxyError};
-use crate::headers::storable_response_headers;
+use crate::error::ProxyError;
+use crate::model::{CompletedRecord, StoredBody};
 
 /// The header that marks an answer as coming from the store.
 pub static IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
-/// What the store keeps of a response: its status, storable headers, and the body if kept.
-pub fn completed_record(
-    parts: &Parts,
-    body: StoredBody,
-    fingerprint: Fingerprint,
-    token: FencingToken,
-    exclude: &[HeaderName],
-) -> CompletedRecord {
-    let record = CompletedRecord {
-        fingerprint,
-        token,
-        created_at: SystemTime::now(),
-        status: parts.status,
-        headers: storable_response_headers(&parts.headers, exclude),
-        body,
+/// The stored answer, marked as a replay; a record whose body was not kept gets `410`.
+pub(super) fn replay(record: CompletedRecord) -> Response<Body> {
+    let mut response = match record.body {
+        StoredBody::Kept(body) => {
+            let mut response = Response::new(Body::from(body));
+            *response.status_mut() = record.status;
+            *response.headers_mut() = record.headers;
+            response
+        }
+        StoredBody::NotKept => return ProxyError::ResponseNotKept.into_response(),
+        StoredBody::Problem(kind) => match ProxyError::stored(&kind) {
+            Some(problem) => problem.into_response(),
+            None => {
+                tracing::error!(
+                    kind,
+                    "a stored record names a problem this proxy does not make"
+                );
+                return ProxyError::StoreUnavailable.into_response();
+            }
+        },
     };
-    // Kept in memory for a while (memory store, replay cache): it must not pin the read buffer.
-    record.detached()
-}
-
-/// The stored answer, byte for byte, marked as a replay; a tombstone gets `410`.
-pub fn replay(record: CompletedRecord, base: &ProblemBase) -> Response<Body> {
-    let body = match record.body {
-        StoredBody::Kept(body) => body,
-        StoredBody::NotKept => return ProxyError::ResponseNotKept.to_response(base),
-    };
-    let mut response = Response::new(Body::from(body));
-    *response.status_mut() = record.status;
-    *response.headers_mut() = record.headers;
     response.headers_mut().insert(
         IDEMPOTENT_REPLAYED.clone(),
         HeaderValue::from_static("true"),
@@ -50,24 +38,16 @@ pub fn replay(record: CompletedRecord, base: &ProblemBase) -> Response<Body> {
     response
 }
 
-/// Splits a buffered problem response so it can be stored like an upstream answer.
-pub async fn buffered(response: Response<Body>) -> (Parts, Bytes) {
-    use http_body_util::BodyExt;
-    let (parts, body) = response.into_parts();
-    // Problem bodies are built in memory by the proxy, so collecting them cannot fail.
-    let bytes = body
-        .collect()
-        .await
-        .map(|c| c.to_bytes())
-        .unwrap_or_default();
-    (parts, bytes)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::SystemTime;
+
+    use bytes::Bytes;
     use http::{header, StatusCode};
     use http_body_util::BodyExt;
+
+    use super::*;
+    use crate::model::{FencingToken, Fingerprint};
 
     fn record(body: StoredBody) -> CompletedRecord {
         let mut headers = http::HeaderMap::new();
@@ -87,10 +67,8 @@ mod tests {
 
     #[tokio::test]
     async fn replay_is_byte_for_byte_and_marked() {
-        let response = replay(
-            record(StoredBody::Kept(Bytes::from_static(b"\x00{\"id\":1}\xff"))),
-            &ProblemBase::default(),
-        );
+        let stored = Bytes::from_static(b"\x00{\"id\":1}\xff");
+        let response = replay(record(StoredBody::Kept(stored)));
         assert_eq!(response.status(), StatusCode::CREATED);
         assert_eq!(response.headers()["idempotent-replayed"], "true");
         assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
@@ -99,8 +77,21 @@ mod tests {
     }
 
     #[test]
-    fn tombstone_replays_as_gone() {
-        let response = replay(record(StoredBody::NotKept), &ProblemBase::default());
+    fn a_record_without_its_body_replays_as_gone() {
+        let response = replay(record(StoredBody::NotKept));
         assert_eq!(response.status(), StatusCode::GONE);
+        let problem = response.extensions().get::<ProxyError>();
+        assert_eq!(problem, Some(&ProxyError::ResponseNotKept));
+    }
+
+    #[test]
+    fn a_stored_problem_replays_as_that_problem() {
+        let response = replay(record(StoredBody::Problem("upstream-timeout".into())));
+        assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(response.headers()["idempotent-replayed"], "true");
+        let problem = response.extensions().get::<ProxyError>();
+        assert_eq!(problem, Some(&ProxyError::UpstreamTimeout));
+        let unknown = replay(record(StoredBody::Problem("no-such-problem".into())));
+        assert_eq!(unknown.status(), StatusCode::SERVICE_UNAVAILABLE);
     }
 }

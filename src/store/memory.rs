@@ -10,10 +10,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use super::{Fenced, Reservation, Store, StoreError};
-use crate::idempotency::fingerprint::Fingerprint;
-use crate::idempotency::key::ScopedKey;
-use crate::idempotency::record::{CompletedRecord, FencingToken, InFlightRecord, Record};
+use super::api::{Fenced, Reservation, Store, StoreError};
+use crate::model::{CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, ScopedKey};
 
 /// Records are spread over this many maps, each behind its own lock, so that neither a busy
 /// key nor a map growing past a resize stalls every other request.
@@ -194,7 +192,7 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::idempotency::key::{IdempotencyKey, RouteName};
+    use crate::model::{IdempotencyKey, RouteName};
 
     fn key(n: usize) -> ScopedKey {
         let key = IdempotencyKey::new(format!("k{n}")).unwrap();

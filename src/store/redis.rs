@@ -36,11 +36,9 @@ use bytes::Bytes;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, RedisError};
 
+use super::api::{Fenced, Reservation, Store, StoreError};
 use super::redis_scripts::{Lua, COMPLETE, GET, RELEASE, RENEW, RESERVE};
-use super::{Fenced, Reservation, Store, StoreError};
-use crate::idempotency::fingerprint::Fingerprint;
-use crate::idempotency::key::ScopedKey;
-use crate::idempotency::record::{CompletedRecord, FencingToken, InFlightRecord, Record};
+use crate::model::{CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, ScopedKey};
 
 /// What every key the proxy writes starts with, unless the operator picks another prefix.
 pub const DEFAULT_PREFIX: &str = "idempotency-proxy:";

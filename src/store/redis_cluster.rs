@@ -14,8 +14,8 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::Client;
 
+use super::api::StoreError;
 use super::redis::{redact, RedisStore, CONNECTION_TIMEOUT, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
-use super::StoreError;
 
 /// A store on a Redis Cluster.
 pub type RedisClusterStore = RedisStore<ClusterConnection>;

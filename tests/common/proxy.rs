@@ -2,14 +2,10 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use clap::Parser;
-use idempotency_proxy::cli::Cli;
-use idempotency_proxy::config::{self, Settings};
-use idempotency_proxy::proxy::Proxy;
-use idempotency_proxy::server;
+use idempotency_proxy::config::{self, Overrides, Settings};
 use idempotency_proxy::store::{MemoryStore, Store};
+use idempotency_proxy::Proxy;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -28,8 +24,8 @@ pub struct TestProxy {
 
 /// Parses a config as the binary would, with no flags.
 pub fn settings(toml: &str) -> Settings {
-    let cli = Cli::parse_from(["idempotency-proxy"]);
-    config::load_str("test.toml", toml, &cli).unwrap_or_else(|e| panic!("test config refused: {e}"))
+    config::load_str("test.toml", toml, &Overrides::default())
+        .unwrap_or_else(|e| panic!("test config refused: {e}"))
 }
 
 impl TestProxy {
@@ -52,13 +48,7 @@ impl TestProxy {
         let admin = TestClient::new(admin_listener.local_addr().unwrap());
         let admin_router = proxy.admin();
         tokio::spawn(async move { axum::serve(admin_listener, admin_router).await });
-        let stopped = tokio::spawn(server::run(
-            listener,
-            proxy.router(),
-            settings.limits,
-            shutdown,
-            Duration::from_secs(5),
-        ));
+        let stopped = tokio::spawn(async move { proxy.serve(listener, shutdown).await });
         Self {
             addr,
             admin,

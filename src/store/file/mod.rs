@@ -32,11 +32,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use redb::{Database, DatabaseError, ReadableDatabase, ReadableTableMetadata};
 
-use super::{Fenced, Reservation, Store, StoreError};
-use crate::idempotency::fingerprint::Fingerprint;
-use crate::idempotency::key::ScopedKey;
-use crate::idempotency::record::{
-    now_millis, CompletedRecord, FencingToken, InFlightRecord, Record,
+use super::api::{Fenced, Reservation, Store, StoreError};
+use crate::model::{
+    now_millis, CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, ScopedKey,
 };
 use tables::{EXPIRIES, RECORDS};
 use writer::{Answer, Op, Writer};

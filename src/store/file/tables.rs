@@ -8,7 +8,7 @@
 
 use redb::{ReadableTable, StorageError, Table, TableDefinition, TableError, WriteTransaction};
 
-use crate::idempotency::record::FencingToken;
+use crate::model::FencingToken;
 
 pub(super) const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
 pub(super) const EXPIRIES: TableDefinition<(u64, &str), ()> = TableDefinition::new("expiries");

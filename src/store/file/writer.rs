@@ -16,8 +16,8 @@ use redb::{Database, Durability};
 use tokio::sync::oneshot;
 
 use super::tables::{self, Tables};
-use crate::idempotency::record::{now_millis, FencingToken};
-use crate::store::{Fenced, StoreError};
+use crate::model::{now_millis, FencingToken};
+use crate::store::api::{Fenced, StoreError};
 
 /// Bounds one transaction, so a flood of callers still gets answers in steady instalments.
 const MAX_BATCH: usize = 512;

@@ -28,10 +28,10 @@ use chacha20poly1305::aead::Generate;
 use chacha20poly1305::Nonce;
 use http::{HeaderMap, StatusCode};
 
-use super::{Fenced, Reservation, Store, StoreError};
-use crate::idempotency::fingerprint::Fingerprint;
-use crate::idempotency::key::ScopedKey;
-use crate::idempotency::record::{CompletedRecord, FencingToken, Record, RecordError, StoredBody};
+use super::api::{Fenced, Reservation, Store, StoreError};
+use crate::model::{
+    CompletedRecord, FencingToken, Fingerprint, Record, RecordError, ScopedKey, StoredBody,
+};
 
 mod keys;
 #[cfg(test)]

@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 
 use super::keys::test_key;
 use super::*;
-use crate::idempotency::key::{ClientScope, IdempotencyKey, RouteName};
+use crate::model::{ClientScope, IdempotencyKey, RouteName};
 use crate::store::MemoryStore;
 
 const LEASE: Duration = Duration::from_secs(30);

@@ -1,4 +1,5 @@
-//! Idempotency keys as clients send them, and the scoped keys the store is indexed by.
+//! Idempotency keys as clients send them (SPEC section 4), and the scoped keys the store is
+//! indexed by.
 //!
 //! A header value is an RFC 9651 String (`"abc"`) or, as most clients send it, a bare token
 //! (`abc`). Either way the key itself must be 1 to 255 characters of visible ASCII: spaces and
@@ -59,6 +60,7 @@ impl IdempotencyKey {
         }
     }
 
+    /// The key as the client sent it (unquoted).
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -110,6 +112,7 @@ impl RouteName {
         Ok(Self(name))
     }
 
+    /// The name as configured.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -132,12 +135,14 @@ impl fmt::Debug for RouteName {
 pub struct ClientScope([u8; 32]);
 
 impl ClientScope {
+    /// The scope of the client that sent `secret` (e.g. its `Authorization` value).
     pub fn from_secret(secret: &[u8]) -> Self {
         Self(Sha256::digest(secret).into())
     }
 
+    /// The digest in lower-case hex, as store names carry it.
     pub fn to_hex(&self) -> String {
-        hex(&self.0)
+        hex::encode(self.0)
     }
 }
 
@@ -156,14 +161,17 @@ pub struct ScopedKey {
 }
 
 impl ScopedKey {
+    /// The name of `key` within `route`, for the client of `scope` where the route has one.
     pub fn new(route: RouteName, scope: Option<ClientScope>, key: IdempotencyKey) -> Self {
         Self { route, scope, key }
     }
 
+    /// The route the key belongs to.
     pub fn route(&self) -> &RouteName {
         &self.route
     }
 
+    /// The client's key.
     pub fn key(&self) -> &IdempotencyKey {
         &self.key
     }
@@ -183,7 +191,7 @@ impl ScopedKey {
         Self {
             route: self.route.clone(),
             scope: self.scope,
-            key: IdempotencyKey(hex(&digest)),
+            key: IdempotencyKey(hex::encode(digest)),
         }
     }
 
@@ -200,17 +208,7 @@ impl fmt::Debug for ScopedKey {
 }
 
 fn short_digest(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes)[..6])
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+    hex::encode(&Sha256::digest(bytes)[..6])
 }
 
 #[cfg(test)]

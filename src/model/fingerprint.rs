@@ -14,8 +14,11 @@ use sha2::{Digest, Sha256};
 pub struct Fingerprint([u8; 32]);
 
 impl Fingerprint {
+    /// Its length in bytes.
     pub const LEN: usize = 32;
 
+    /// The fingerprint of a request: its method, path and query, the values of the route's
+    /// `fingerprint_headers`, and its body.
     pub fn compute(
         method: &Method,
         uri: &Uri,
@@ -47,17 +50,19 @@ impl Fingerprint {
         Self(digest.finalize().into())
     }
 
+    /// A fingerprint as stored.
     pub fn from_bytes(bytes: [u8; 32]) -> Self {
         Self(bytes)
     }
 
+    /// The digest, as stored.
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }
 
     /// The first hex digits, enough for an operator to compare two records by eye.
     pub fn short_hex(&self) -> String {
-        super::key::hex(&self.0[..8])
+        hex::encode(&self.0[..8])
     }
 }
 

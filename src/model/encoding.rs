@@ -1,133 +1,39 @@
-//! What the store holds for a scoped key, and its compact binary encoding.
+//! The compact binary encoding every store keeps records in.
 //!
 //! The encoding starts with a fixed header (`version`, `state`, fencing token) so that a store
 //! script can check "is this still the in-flight record of token T?" by comparing a prefix,
 //! without understanding the rest. Decoding is strict: a record that does not parse to the last
-//! byte is reported as corrupt, never half-replayed.
+//! byte, or that is not in the one form `encode` writes, is reported as corrupt, never
+//! half-replayed.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
+use super::clock::unix_millis;
 use super::fingerprint::Fingerprint;
+use super::record::{CompletedRecord, InFlightRecord, Record, StoredBody};
+use super::token::FencingToken;
 
 const VERSION: u8 = 1;
 const STATE_IN_FLIGHT: u8 = 0;
 const STATE_COMPLETED: u8 = 1;
 const BODY_KEPT: u8 = 0;
 const BODY_NOT_KEPT: u8 = 1;
-
-/// Identifies one holder of a reservation; a completion must present the current one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct FencingToken(u64);
+const BODY_PROBLEM: u8 = 2;
+/// The longest problem type a record may name; the proxy's own are far shorter.
+const MAX_PROBLEM_LEN: usize = 64;
 
 impl FencingToken {
-    /// A fresh token, unpredictable and unique in practice across processes and replicas.
-    pub fn generate() -> Self {
-        use std::hash::{BuildHasher, Hasher};
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        // RandomState is seeded from the OS once per process and varies per instance.
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-        hasher.write_u128(now_millis() as u128);
-        Self(hasher.finish())
-    }
-
-    pub fn from_u64(raw: u64) -> Self {
-        Self(raw)
-    }
-
-    pub fn as_u64(self) -> u64 {
-        self.0
-    }
-
     /// The bytes every encoding of the in-flight record of this token starts with.
     pub fn in_flight_prefix(self) -> [u8; 10] {
         let mut prefix = [0u8; 10];
         prefix[0] = VERSION;
         prefix[1] = STATE_IN_FLIGHT;
-        prefix[2..].copy_from_slice(&self.0.to_be_bytes());
+        prefix[2..].copy_from_slice(&self.as_u64().to_be_bytes());
         prefix
     }
-}
-
-/// A request that has been let through and whose outcome is not known yet.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InFlightRecord {
-    pub fingerprint: Fingerprint,
-    pub token: FencingToken,
-    pub created_at: SystemTime,
-}
-
-impl InFlightRecord {
-    /// The record a new reservation writes, under a fresh token.
-    pub fn fresh(fingerprint: Fingerprint) -> (FencingToken, Record) {
-        let token = FencingToken::generate();
-        let record = Record::InFlight(InFlightRecord {
-            fingerprint,
-            token,
-            created_at: SystemTime::now(),
-        });
-        (token, record)
-    }
-}
-
-/// The response body as stored: kept byte for byte, or not kept because it was too large.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoredBody {
-    Kept(Bytes),
-    NotKept,
-}
-
-/// A request whose outcome is known: what the upstream (or the proxy) answered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CompletedRecord {
-    pub fingerprint: Fingerprint,
-    pub token: FencingToken,
-    pub created_at: SystemTime,
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: StoredBody,
-}
-
-impl CompletedRecord {
-    /// A copy that owns its bytes. The body and header values of an upstream answer are slices
-    /// of the connection's read buffer; a record kept for its TTL (in memory, or in the replay
-    /// cache) would keep that whole buffer (8 KiB or more) alive, where the answer itself is
-    /// often a few hundred bytes.
-    pub fn detached(&self) -> Self {
-        let headers = self
-            .headers
-            .iter()
-            .map(|(name, value)| (name.clone(), detached_value(value)));
-        let body = match &self.body {
-            StoredBody::Kept(bytes) => StoredBody::Kept(Bytes::copy_from_slice(bytes)),
-            StoredBody::NotKept => StoredBody::NotKept,
-        };
-        Self {
-            headers: headers.collect(),
-            body,
-            ..self.clone()
-        }
-    }
-}
-
-fn detached_value(value: &HeaderValue) -> HeaderValue {
-    match HeaderValue::from_bytes(value.as_bytes()) {
-        Ok(mut copy) => {
-            copy.set_sensitive(value.is_sensitive());
-            copy
-        }
-        Err(_) => value.clone(),
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Record {
-    InFlight(InFlightRecord),
-    Completed(CompletedRecord),
 }
 
 /// A stored record that cannot be decoded.
@@ -137,19 +43,13 @@ pub struct RecordError(&'static str);
 
 impl RecordError {
     /// For decorators that unwrap a record further (a sealed one) and find it unusable.
-    pub(crate) fn new(why: &'static str) -> Self {
+    pub fn new(why: &'static str) -> Self {
         Self(why)
     }
 }
 
 impl Record {
-    pub fn fingerprint(&self) -> &Fingerprint {
-        match self {
-            Record::InFlight(r) => &r.fingerprint,
-            Record::Completed(r) => &r.fingerprint,
-        }
-    }
-
+    /// The record's bytes as every store keeps them.
     pub fn encode(&self) -> Bytes {
         match self {
             Record::InFlight(r) => {
@@ -167,7 +67,7 @@ impl Record {
             return Err(RecordError("unknown version"));
         }
         let state = buf.get_u8();
-        let token = FencingToken(buf.get_u64());
+        let token = FencingToken::from_u64(buf.get_u64());
         let mut fingerprint = [0u8; Fingerprint::LEN];
         buf.copy_to_slice(&mut fingerprint);
         let fingerprint = Fingerprint::from_bytes(fingerprint);
@@ -196,7 +96,7 @@ fn encode_header(
     let mut buf = BytesMut::with_capacity(50 + extra);
     buf.put_u8(VERSION);
     buf.put_u8(state);
-    buf.put_u64(token.0);
+    buf.put_u64(token.as_u64());
     buf.put_slice(fp.as_bytes());
     buf.put_u64(unix_millis(at));
     buf
@@ -211,6 +111,7 @@ fn encode_completed(r: &CompletedRecord) -> Bytes {
     let body_len = match &r.body {
         StoredBody::Kept(body) => body.len(),
         StoredBody::NotKept => 0,
+        StoredBody::Problem(kind) => kind.len(),
     };
     let mut buf = encode_header(
         STATE_COMPLETED,
@@ -234,6 +135,11 @@ fn encode_completed(r: &CompletedRecord) -> Bytes {
             buf.put_slice(body);
         }
         StoredBody::NotKept => buf.put_u8(BODY_NOT_KEPT),
+        StoredBody::Problem(kind) => {
+            buf.put_u8(BODY_PROBLEM);
+            buf.put_u16(kind.len() as u16);
+            buf.put_slice(kind.as_bytes());
+        }
     }
     buf.freeze()
 }
@@ -273,6 +179,7 @@ fn decode_completed(
     let body = match buf.get_u8() {
         BODY_KEPT => StoredBody::Kept(take(&mut buf, 4)?),
         BODY_NOT_KEPT => StoredBody::NotKept,
+        BODY_PROBLEM => StoredBody::Problem(problem_type(take(&mut buf, 2)?)?),
         _ => return Err(RecordError("bad body tag")),
     };
     if !buf.is_empty() {
@@ -307,13 +214,13 @@ fn need(buf: &Bytes, len: usize) -> Result<(), RecordError> {
     Ok(())
 }
 
-fn unix_millis(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-pub(crate) fn now_millis() -> u64 {
-    unix_millis(SystemTime::now())
+/// A problem type as the proxy names them: lower-case letters and `-`.
+fn problem_type(raw: Bytes) -> Result<String, RecordError> {
+    let valid = |b: &u8| b.is_ascii_lowercase() || *b == b'-';
+    if raw.is_empty() || raw.len() > MAX_PROBLEM_LEN || !raw.iter().all(valid) {
+        return Err(RecordError("bad problem type"));
+    }
+    Ok(String::from_utf8_lossy(&raw).into_owned())
 }
 
 #[cfg(test)]
@@ -342,6 +249,7 @@ mod tests {
             StoredBody::Kept(Bytes::from_static(b"{\"id\":1}")),
             StoredBody::Kept(Bytes::new()),
             StoredBody::NotKept,
+            StoredBody::Problem("upstream-timeout".into()),
         ] {
             let record = Record::Completed(completed(body));
             assert_eq!(Record::decode(record.encode()).unwrap(), record);
@@ -374,22 +282,6 @@ mod tests {
         let mut longer = encoded.to_vec();
         longer.push(0);
         assert!(Record::decode(Bytes::from(longer)).is_err());
-    }
-
-    #[test]
-    fn a_detached_record_does_not_keep_the_buffer_it_was_read_from() {
-        let read_buffer = Bytes::from(vec![b'x'; 8192]);
-        let within = |part: &[u8]| read_buffer.as_ptr_range().contains(&part.as_ptr());
-        let mut record = completed(StoredBody::Kept(read_buffer.slice(100..150)));
-        let value = HeaderValue::from_maybe_shared(read_buffer.slice(10..20)).unwrap();
-        record.headers.insert("x-id", value);
-        let kept = record.detached();
-        assert_eq!(kept, record);
-        let StoredBody::Kept(body) = &kept.body else {
-            panic!("the body is kept")
-        };
-        assert!(!within(body));
-        assert!(!within(kept.headers["x-id"].as_bytes()));
     }
 
     #[test]
@@ -449,13 +341,6 @@ mod tests {
             Record::decode(encode(&[("x-a", "1"), ("x-b", "3"), ("x-a", "2")])),
             Err(RecordError("header values not together"))
         );
-    }
-
-    #[test]
-    fn tokens_differ() {
-        let tokens: std::collections::HashSet<_> =
-            (0..1000).map(|_| FencingToken::generate()).collect();
-        assert_eq!(tokens.len(), 1000);
     }
 
     proptest! {

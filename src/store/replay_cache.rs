@@ -1,10 +1,9 @@
-//! A local cache of completed records, so a replay costs no store round trip.
+//! The bounded map behind [`CachingStore`](super::CachingStore): completed records by store
+//! name, each fresh until a fixed instant, the whole bounded by the bytes it holds.
 //!
-//! A completed record changes only by expiring or by an operator's `DELETE`, so a copy is safe
-//! to serve for a short while. Each entry lives for the route's `replay_cache_ttl` at most
-//! (and never past the record's own expiry): a `DELETE` on this replica removes the entry at
-//! once; one on another replica is seen here within that time. The cache is bounded by the
-//! bytes of the bodies it holds, oldest entries leaving first.
+//! An entry's freshness is set once, when it is stored: serving it does not extend it, so a
+//! record dropped on another replica is never answered here for longer than the time it was
+//! given. Oldest entries leave first when the budget is full.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -12,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::record::{CompletedRecord, StoredBody};
+use crate::model::CompletedRecord;
 
 /// What an entry costs besides its body and header bytes: its name, the map slot, the record
 /// and its header map's own allocations: an estimate, on the generous side.
@@ -20,6 +19,7 @@ const ENTRY_OVERHEAD: usize = 1024;
 /// Bodies larger than this are not cached: they would push out many small ones.
 const MAX_ENTRY_BYTES: usize = 64 * 1024;
 
+/// Completed records kept in memory for a short while, within a byte budget.
 #[derive(Debug)]
 pub struct ReplayCache {
     budget: usize,
@@ -37,16 +37,7 @@ struct Entries {
 }
 
 fn size(record: &CompletedRecord) -> usize {
-    let body = match &record.body {
-        StoredBody::Kept(body) => body.len(),
-        StoredBody::NotKept => 0,
-    };
-    body + record
-        .headers
-        .iter()
-        .map(|(n, v)| n.as_str().len() + v.len())
-        .sum::<usize>()
-        + ENTRY_OVERHEAD
+    record.payload_len() + ENTRY_OVERHEAD
 }
 
 impl ReplayCache {
@@ -144,8 +135,7 @@ impl Entries {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::idempotency::fingerprint::Fingerprint;
-    use crate::idempotency::record::FencingToken;
+    use crate::model::{FencingToken, Fingerprint, StoredBody};
     use bytes::Bytes;
     use http::{HeaderMap, StatusCode};
 

@@ -1,0 +1,57 @@
+//! Why a configuration was refused, as one line an operator can act on: the file, the line and
+//! the key, or the flag.
+
+use std::fmt;
+
+/// Why the configuration was refused. Its `Display` is a single line, fit for stderr.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    Read {
+        /// The file, as named.
+        path: String,
+        /// Why it could not be read.
+        reason: String,
+    },
+    /// A problem at a line of the file. `reason` already names the key; `key` is for callers
+    /// that want it separately, and is `None` for a TOML syntax error.
+    File {
+        /// The file, as named.
+        origin: String,
+        /// The line, from 1.
+        line: usize,
+        /// The key, when the problem is with one.
+        key: Option<String>,
+        /// What is wrong, naming the key.
+        reason: String,
+    },
+    /// A bad command-line value.
+    Flag {
+        /// The flag, e.g. `--listen`.
+        flag: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
+    /// Neither routes nor a top-level upstream: the proxy would have nowhere to send anything.
+    NoUpstream,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Read { path, reason } => write!(f, "{path}: cannot read: {reason}"),
+            ConfigError::File {
+                origin,
+                line,
+                reason,
+                ..
+            } => write!(f, "{origin}:{line}: {reason}"),
+            ConfigError::Flag { flag, reason } => write!(f, "{flag}: {reason}"),
+            ConfigError::NoUpstream => f.write_str(
+                "no upstream: pass --upstream URL or set upstream/[[routes]] in the config",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}

@@ -1,0 +1,100 @@
+//! The effective configuration: what the file and the flags come to once merged and checked.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::limits::Limits;
+use crate::idempotency::Policy;
+use crate::problem::ProblemBase;
+use crate::secret::Secret;
+use crate::store::{SealingKeys, StoreSpec};
+
+/// The listen address when neither the file nor `--listen` names one.
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080);
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// What the command line (or its environment variables) says, each value as typed: these
+/// override the file, and are checked by the same code as the file's values.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// The config file, if any (`--config`).
+    pub config: Option<PathBuf>,
+    /// `--listen`.
+    pub listen: Option<String>,
+    /// `--upstream`.
+    pub upstream: Option<String>,
+    /// `--store`.
+    pub store: Option<String>,
+    /// `--admin-listen`.
+    pub admin_listen: Option<String>,
+    /// `--log-format`.
+    pub log_format: Option<LogFormat>,
+}
+
+/// The effective configuration: file and flags merged, defaults applied, everything validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where clients connect.
+    pub listen: SocketAddr,
+    /// Where the admin endpoints listen, if anywhere.
+    pub admin_listen: Option<SocketAddr>,
+    /// Where records live.
+    pub store: StoreSpec,
+    /// How log lines are written.
+    pub log_format: LogFormat,
+    /// How long a shutdown waits for requests in flight.
+    pub drain_timeout: Duration,
+    /// The bearer token the admin endpoints `/metrics` and `/keys` require, if any.
+    pub admin_token: Option<Secret>,
+    /// The keys completed records are sealed with (`encryption_key`, `encryption_old_keys`).
+    pub encryption: Option<SealingKeys>,
+    /// The prefix of every problem type.
+    pub problem_base: Arc<ProblemBase>,
+    /// What one client may cost: header time-out and size, connections at once.
+    pub limits: Limits,
+    /// Configured routes in file order, then the route `default` if there is a top-level upstream.
+    pub routes: Vec<RouteSettings>,
+}
+
+/// One route: which requests it takes, where they go, and the policy applied to them.
+#[derive(Debug, Clone)]
+pub struct RouteSettings {
+    /// Always starts with `/`.
+    pub path_prefix: String,
+    /// Lower-cased, as requests are matched on it case-insensitively.
+    pub host: Option<String>,
+    /// `http://HOST:PORT[/path]`.
+    pub upstream: http::Uri,
+    /// `policy.route` is the route's name.
+    pub policy: Policy,
+    /// How long a replica answers a replay from its own copy of a completed record; an
+    /// operator's `DELETE` on another replica is seen here within this time. Zero turns it off.
+    pub replay_cache_ttl: Duration,
+}
+
+impl RouteSettings {
+    /// The `replay_cache_ttl` when no table sets one.
+    pub const DEFAULT_REPLAY_CACHE_TTL: Duration = Duration::from_secs(1);
+}
+
+impl Settings {
+    /// The effective configuration in the config file's own vocabulary, every route with every
+    /// policy key spelled out. Loading it back gives the same settings.
+    pub fn to_toml(&self) -> String {
+        super::print::to_toml(self)
+    }
+}

@@ -1,0 +1,19 @@
+//! The vocabulary the idempotency layer and the stores share: keys and their scope, request
+//! fingerprints, fencing tokens, and the records a store keeps, with their byte encoding.
+//!
+//! It sits below both: the layer decides what a record should say, a store keeps it, and
+//! neither needs the other to know what a record is.
+
+mod clock;
+mod encoding;
+mod fingerprint;
+mod key;
+mod record;
+mod token;
+
+pub use clock::{now_millis, unix_millis};
+pub use encoding::RecordError;
+pub use fingerprint::Fingerprint;
+pub use key::{ClientScope, IdempotencyKey, KeyError, RouteName, ScopedKey, MAX_KEY_LEN};
+pub use record::{CompletedRecord, InFlightRecord, Record, StoredBody};
+pub use token::FencingToken;

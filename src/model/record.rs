@@ -1,0 +1,160 @@
+//! What a store holds for a scoped key (SPEC section 2): a request still running (`in_flight`),
+//! or its outcome (`completed`).
+
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode};
+
+use super::fingerprint::Fingerprint;
+use super::token::FencingToken;
+
+/// A request that has been let through and whose outcome is not known yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InFlightRecord {
+    /// What the request asked for.
+    pub fingerprint: Fingerprint,
+    /// The holder of the reservation.
+    pub token: FencingToken,
+    /// When the reservation was made.
+    pub created_at: SystemTime,
+}
+
+impl InFlightRecord {
+    /// The record a new reservation writes, under a fresh token.
+    pub fn fresh(fingerprint: Fingerprint) -> (FencingToken, Record) {
+        let token = FencingToken::generate();
+        let record = Record::InFlight(InFlightRecord {
+            fingerprint,
+            token,
+            created_at: SystemTime::now(),
+        });
+        (token, record)
+    }
+}
+
+/// The response body as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredBody {
+    /// Kept byte for byte.
+    Kept(Bytes),
+    /// Too large to keep: a duplicate gets `410 response-not-kept`.
+    NotKept,
+    /// The proxy's own problem answer (an ambiguous upstream failure kept as the outcome), by
+    /// its problem type, such as `upstream-timeout`. It is rendered as `problem+json` each time
+    /// it is sent, by the same code that rendered the first answer.
+    Problem(String),
+}
+
+/// A request whose outcome is known: what the upstream (or the proxy) answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletedRecord {
+    /// What the request asked for.
+    pub fingerprint: Fingerprint,
+    /// The holder whose completion this was.
+    pub token: FencingToken,
+    /// When the outcome was recorded.
+    pub created_at: SystemTime,
+    /// The answer's status.
+    pub status: StatusCode,
+    /// The answer's storable headers (no hop-by-hop headers, `Set-Cookie` or `Date`).
+    pub headers: HeaderMap,
+    /// The answer's body.
+    pub body: StoredBody,
+}
+
+impl CompletedRecord {
+    /// A copy that owns its bytes. The body and header values of an upstream answer are slices
+    /// of the connection's read buffer; a record kept for its TTL (in memory, or in the replay
+    /// cache) would keep that whole buffer (8 KiB or more) alive, where the answer itself is
+    /// often a few hundred bytes.
+    pub fn detached(&self) -> Self {
+        let headers = self
+            .headers
+            .iter()
+            .map(|(name, value)| (name.clone(), detached_value(value)));
+        let body = match &self.body {
+            StoredBody::Kept(bytes) => StoredBody::Kept(Bytes::copy_from_slice(bytes)),
+            other => other.clone(),
+        };
+        Self {
+            headers: headers.collect(),
+            body,
+            ..self.clone()
+        }
+    }
+
+    /// The bytes the body and headers take, to weigh the record in a cache.
+    pub fn payload_len(&self) -> usize {
+        let body = match &self.body {
+            StoredBody::Kept(body) => body.len(),
+            StoredBody::NotKept => 0,
+            StoredBody::Problem(kind) => kind.len(),
+        };
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|(n, v)| n.as_str().len() + v.len())
+            .sum();
+        body + headers
+    }
+}
+
+fn detached_value(value: &HeaderValue) -> HeaderValue {
+    match HeaderValue::from_bytes(value.as_bytes()) {
+        Ok(mut copy) => {
+            copy.set_sensitive(value.is_sensitive());
+            copy
+        }
+        Err(_) => value.clone(),
+    }
+}
+
+/// A stored record in either state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// The first request is still running.
+    InFlight(InFlightRecord),
+    /// The outcome is known.
+    Completed(CompletedRecord),
+}
+
+impl Record {
+    /// What the request that made the record asked for.
+    pub fn fingerprint(&self) -> &Fingerprint {
+        match self {
+            Record::InFlight(r) => &r.fingerprint,
+            Record::Completed(r) => &r.fingerprint,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_detached_record_does_not_keep_the_buffer_it_was_read_from() {
+        let read_buffer = Bytes::from(vec![b'x'; 8192]);
+        let within = |part: &[u8]| read_buffer.as_ptr_range().contains(&part.as_ptr());
+        let value = HeaderValue::from_maybe_shared(read_buffer.slice(10..20)).unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert("x-id", value);
+        let record = CompletedRecord {
+            fingerprint: Fingerprint::from_bytes([7; 32]),
+            token: FencingToken::from_u64(42),
+            created_at: SystemTime::now(),
+            status: StatusCode::CREATED,
+            headers,
+            body: StoredBody::Kept(read_buffer.slice(100..150)),
+        };
+        let kept = record.detached();
+        assert_eq!(kept, record);
+        let StoredBody::Kept(body) = &kept.body else {
+            panic!("the body is kept")
+        };
+        assert!(!within(body));
+        assert!(!within(kept.headers["x-id"].as_bytes()));
+        assert_eq!(kept.payload_len(), 50 + "x-id".len() + 10);
+    }
+}

@@ -1,0 +1,102 @@
+//! The store's contract: the [`Store`] trait every backend and decorator implements, what its
+//! operations answer, and how they fail.
+//!
+//! The trait is small and object-safe so a proxy can pick a backend at start-up and a test suite
+//! can run the same cases against every one (`tests/store_suite.rs`). Each operation is one
+//! atomic step in the backend: `reserve` never reads and then writes, and `complete`, `renew`
+//! and `release` only act while the caller's fencing token is still the current one.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::model::{
+    CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, RecordError, ScopedKey,
+};
+
+/// What can go wrong talking to a store. None of it reaches a client beyond `store-unavailable`.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store could not be reached, or failed the operation.
+    #[error("store unreachable: {0}")]
+    Unavailable(String),
+    /// The store did not answer within the operation time-out.
+    #[error("store operation timed out after {0:?}")]
+    Timeout(Duration),
+    /// A stored record could not be decoded (or opened): it is never replayed.
+    #[error(transparent)]
+    Corrupt(#[from] RecordError),
+    /// The store could not be opened at start-up.
+    #[error("cannot open store: {0}")]
+    Open(String),
+}
+
+/// The answer to `reserve`: the key is ours now, or what was already there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reservation {
+    /// Nothing was there; an in-flight record with this token now is.
+    Acquired(FencingToken),
+    /// Another request holds the key and its outcome is not known yet.
+    InFlight(InFlightRecord),
+    /// The key has a stored outcome.
+    Completed(CompletedRecord),
+}
+
+impl From<Record> for Reservation {
+    fn from(record: Record) -> Self {
+        match record {
+            Record::InFlight(r) => Reservation::InFlight(r),
+            Record::Completed(r) => Reservation::Completed(r),
+        }
+    }
+}
+
+/// Whether a fenced write (`complete`, `renew`, `release`) found its reservation still current.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fenced {
+    /// The write was applied.
+    Applied,
+    /// The lease ran out and the key was freed or taken over; nothing was written.
+    LeaseLost,
+}
+
+/// Where records live. Every operation is one atomic step in the backend.
+#[async_trait]
+pub trait Store: Send + Sync + fmt::Debug + 'static {
+    /// Atomically creates an in-flight record living for `lease`, or returns the existing one.
+    async fn reserve(
+        &self,
+        key: &ScopedKey,
+        fingerprint: Fingerprint,
+        lease: Duration,
+    ) -> Result<Reservation, StoreError>;
+
+    /// Extends the lease of the in-flight record held by `token`.
+    async fn renew(
+        &self,
+        key: &ScopedKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<Fenced, StoreError>;
+
+    /// Replaces the in-flight record held by `token` with the outcome, living for `ttl`.
+    async fn complete(
+        &self,
+        key: &ScopedKey,
+        record: &CompletedRecord,
+        ttl: Duration,
+    ) -> Result<Fenced, StoreError>;
+
+    /// Deletes the in-flight record held by `token`, so a retry runs again.
+    async fn release(&self, key: &ScopedKey, token: FencingToken) -> Result<Fenced, StoreError>;
+
+    /// Reads a record and how long it has left, for operators and waiting duplicates.
+    async fn get(&self, key: &ScopedKey) -> Result<Option<(Record, Duration)>, StoreError>;
+
+    /// Deletes a record whatever its state (an operator's decision). Returns whether one existed.
+    async fn remove(&self, key: &ScopedKey) -> Result<bool, StoreError>;
+
+    /// Checks that the store answers.
+    async fn ping(&self) -> Result<(), StoreError>;
+}
