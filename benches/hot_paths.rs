@@ -19,14 +19,14 @@ fn key_parsing(c: &mut Criterion) {
             IdempotencyKey::from_header_value(std::hint::black_box(
                 b"8e03978e-40d5-43e8-bc93-6894a57f9324",
             ))
-        })
+        });
     });
     group.bench_function("sf_string_uuid", |b| {
         b.iter(|| {
             IdempotencyKey::from_header_value(std::hint::black_box(
                 b"\"8e03978e-40d5-43e8-bc93-6894a57f9324\"",
             ))
-        })
+        });
     });
     group.finish();
 }
@@ -41,7 +41,7 @@ fn fingerprint(c: &mut Criterion) {
         let body = vec![b'x'; size];
         group.throughput(Throughput::Bytes(size as u64));
         group.bench_with_input(BenchmarkId::from_parameter(size), &body, |b, body| {
-            b.iter(|| Fingerprint::compute(&Method::POST, &uri, &headers, &names, body))
+            b.iter(|| Fingerprint::compute(&Method::POST, &uri, &headers, &names, body));
         });
     }
     group.finish();
@@ -68,10 +68,10 @@ fn records(c: &mut Criterion) {
         let encoded = record.encode();
         group.throughput(Throughput::Bytes(encoded.len() as u64));
         group.bench_with_input(BenchmarkId::new("encode", size), &record, |b, r| {
-            b.iter(|| r.encode())
+            b.iter(|| r.encode());
         });
         group.bench_with_input(BenchmarkId::new("decode", size), &encoded, |b, e| {
-            b.iter(|| Record::decode(e.clone()))
+            b.iter(|| Record::decode(e.clone()));
         });
     }
     group.finish();

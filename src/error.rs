@@ -226,7 +226,7 @@ impl UpstreamFailure {
     /// Reads an inner error: the rescue every upstream failure goes through.
     pub fn of(error: &(dyn StdError + 'static)) -> Self {
         let chain = || std::iter::successors(Some(error), |e| (*e).source());
-        if chain().any(|e| e.is::<RequestNotSent>()) {
+        if chain().any(<dyn std::error::Error + 'static>::is::<RequestNotSent>) {
             return Self::NotSent;
         }
         // hyper reports the body it was given failing as a user error.
@@ -283,7 +283,8 @@ mod tests {
             ProxyError::BadRequest("x"),
             ProxyError::BadSignature("x"),
         ];
-        let kinds: std::collections::HashSet<_> = all.iter().map(|e| e.problem_type()).collect();
+        let kinds: std::collections::HashSet<_> =
+            all.iter().map(super::ProxyError::problem_type).collect();
         assert_eq!(kinds.len(), all.len());
         for error in all {
             assert!(error.status().is_client_error() || error.status().is_server_error());

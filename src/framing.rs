@@ -19,14 +19,14 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// How a request head says its body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
+pub(crate) enum Framing {
     None,
     Length(u64),
     Chunked,
 }
 
 /// The framing of a request head given as (name, value) pairs, or why it is ambiguous.
-pub fn framing<'a>(
+pub(crate) fn framing<'a>(
     headers: impl Iterator<Item = (&'a [u8], &'a [u8])>,
 ) -> Result<Framing, &'static str> {
     let (mut length, mut chunked, mut codings) = (None, false, 0);
@@ -59,7 +59,7 @@ pub fn framing<'a>(
 }
 
 /// The check on a parsed request, for what reaches the service whatever the guard saw.
-pub fn check_headers(headers: &HeaderMap) -> Result<(), &'static str> {
+pub(crate) fn check_headers(headers: &HeaderMap) -> Result<(), &'static str> {
     framing(
         headers
             .iter()
@@ -70,14 +70,14 @@ pub fn check_headers(headers: &HeaderMap) -> Result<(), &'static str> {
 
 /// What the guard of one connection found: the ordinal of the first ambiguous request head.
 #[derive(Debug)]
-pub struct Verdicts {
+pub(crate) struct Verdicts {
     first_bad: AtomicUsize,
     reason: std::sync::OnceLock<&'static str>,
     served: AtomicUsize,
 }
 
 impl Verdicts {
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self {
             first_bad: AtomicUsize::new(usize::MAX),
             reason: std::sync::OnceLock::new(),
@@ -87,7 +87,7 @@ impl Verdicts {
 
     /// Called once per request, in order (HTTP/1 serves a connection's requests one by one):
     /// why this request must be refused, if it must.
-    pub fn next_request(&self) -> Option<&'static str> {
+    pub(crate) fn next_request(&self) -> Option<&'static str> {
         let ordinal = self.served.fetch_add(1, Ordering::SeqCst);
         (ordinal >= self.first_bad.load(Ordering::SeqCst))
             .then(|| *self.reason.get().unwrap_or(&"ambiguous framing"))
@@ -115,7 +115,7 @@ enum State {
 /// Reads through to the socket and follows the request framing, recording ambiguous heads in
 /// [`Verdicts`] before hyper parses them.
 #[derive(Debug)]
-pub struct FramingGuard<IO> {
+pub(crate) struct FramingGuard<IO> {
     io: IO,
     state: State,
     pending: Vec<u8>,
@@ -126,7 +126,7 @@ pub struct FramingGuard<IO> {
 
 impl<IO> FramingGuard<IO> {
     /// `max_head` bounds what is buffered for one head; past it hyper refuses the request anyway.
-    pub fn new(io: IO, max_head: usize, verdicts: Arc<Verdicts>) -> Self {
+    pub(crate) fn new(io: IO, max_head: usize, verdicts: Arc<Verdicts>) -> Self {
         Self {
             io,
             state: State::Head,
@@ -137,7 +137,7 @@ impl<IO> FramingGuard<IO> {
         }
     }
 
-    pub fn get_ref(&self) -> &IO {
+    pub(crate) fn get_ref(&self) -> &IO {
         &self.io
     }
 
@@ -163,8 +163,8 @@ impl<IO> FramingGuard<IO> {
                     };
                     &data[take as usize..]
                 }
-                State::Head => self.buffer(data, |g| g.head()),
-                State::ChunkLine | State::Trailers => self.buffer(data, |g| g.line()),
+                State::Head => self.buffer(data, FramingGuard::head),
+                State::ChunkLine | State::Trailers => self.buffer(data, FramingGuard::line),
             };
         }
     }

@@ -157,7 +157,9 @@ pub fn record_roundtrip(data: &[u8]) {
     let mut input = Input(data);
     let token = FencingToken::from_u64(input.u64());
     let mut fingerprint = [0u8; Fingerprint::LEN];
-    fingerprint.iter_mut().for_each(|b| *b = input.u8());
+    for b in &mut fingerprint {
+        *b = input.u8();
+    }
     let fingerprint = Fingerprint::from_bytes(fingerprint);
     let created_at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(input.u64());
     let record = if input.u8() & 1 == 0 {

@@ -19,7 +19,7 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 ];
 
 /// Removes hop-by-hop headers, including those the `Connection` header names.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -36,7 +36,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// The headers of a response as they may be stored and replayed: no hop-by-hop headers, no
 /// `Set-Cookie` (a session is one client's, not every retry's), no `Date` (a replay is answered
 /// now), and none of the route's `replay_exclude_headers`.
-pub fn storable_response_headers(headers: &HeaderMap, exclude: &[HeaderName]) -> HeaderMap {
+pub(crate) fn storable_response_headers(headers: &HeaderMap, exclude: &[HeaderName]) -> HeaderMap {
     let mut kept = headers.clone();
     strip_hop_by_hop(&mut kept);
     kept.remove(header::SET_COOKIE);

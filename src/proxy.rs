@@ -183,7 +183,7 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
 
 /// Runs the proxy the settings describe (and its admin listener, if set) until `shutdown`
 /// resolves, then drains.
-pub async fn serve(
+pub(crate) async fn serve(
     settings: Settings,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {

@@ -41,6 +41,7 @@ impl Secret {
         &self.reference
     }
 
+    /// The secret's bytes, for the one place that uses them.
     pub fn expose(&self) -> &[u8] {
         &self.value
     }

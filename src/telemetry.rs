@@ -13,20 +13,20 @@ use crate::error::{Cause, ProxyError};
 use crate::model::RouteName;
 
 /// The counter of requests by route and outcome (SPEC section 7).
-pub const REQUESTS_TOTAL: &str = "idempotency_requests_total";
+pub(crate) const REQUESTS_TOTAL: &str = "idempotency_requests_total";
 /// Store operation latency, by operation.
-pub const STORE_SECONDS: &str = "idempotency_store_operation_seconds";
+pub(crate) const STORE_SECONDS: &str = "idempotency_store_operation_seconds";
 /// Upstream latency, by route.
-pub const UPSTREAM_SECONDS: &str = "idempotency_upstream_seconds";
+pub(crate) const UPSTREAM_SECONDS: &str = "idempotency_upstream_seconds";
 /// First requests running upstream right now, by route.
-pub const IN_FLIGHT: &str = "idempotency_in_flight";
+pub(crate) const IN_FLIGHT: &str = "idempotency_in_flight";
 /// Requests that went upstream without deduplication because the store failed (`fail_open`).
-pub const FAIL_OPEN_TOTAL: &str = "idempotency_fail_open_total";
+pub(crate) const FAIL_OPEN_TOTAL: &str = "idempotency_fail_open_total";
 
 /// What the proxy did with a request, as named in metrics and logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
-pub enum RequestOutcome {
+pub(crate) enum RequestOutcome {
     /// First request with its key: sent upstream, outcome stored.
     Forwarded,
     /// Answered from the store.
@@ -44,7 +44,7 @@ pub enum RequestOutcome {
 }
 
 impl RequestOutcome {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RequestOutcome::Forwarded => "forwarded",
             RequestOutcome::Replayed => "replayed",
@@ -76,7 +76,7 @@ const OUTCOMES: [RequestOutcome; 7] = [
 /// One route's metric handles, registered once when the route is built, so the request path
 /// does no registry look-ups. Build it after installing the metrics recorder.
 #[derive(Debug, Clone)]
-pub struct RouteMetrics {
+pub(crate) struct RouteMetrics {
     route: RouteName,
     requests: [metrics::Counter; 7],
     fail_open: metrics::Counter,
@@ -87,7 +87,7 @@ pub struct RouteMetrics {
 }
 
 impl RouteMetrics {
-    pub fn new(route: &RouteName) -> Self {
+    pub(crate) fn new(route: &RouteName) -> Self {
         let name = || route.as_str().to_owned();
         Self {
             route: route.clone(),
@@ -104,7 +104,7 @@ impl RouteMetrics {
 
     /// Logs and counts one finished request. `key_id` is the scoped key's short digest, if
     /// any; the problem the proxy answered and the cause of a failure are read off the response.
-    pub fn request_finished(
+    pub(crate) fn request_finished(
         &self,
         outcome: RequestOutcome,
         response: &Response<Body>,
@@ -127,34 +127,34 @@ impl RouteMetrics {
     }
 
     /// Counts a first request as running upstream until the guard is dropped.
-    pub fn in_flight(&self) -> InFlightGuard {
+    pub(crate) fn in_flight(&self) -> InFlightGuard {
         self.in_flight.increment(1.0);
         InFlightGuard(self.in_flight.clone())
     }
 
     /// How long the upstream took to answer (headers and the buffered body).
-    pub fn upstream_call(&self, elapsed: Duration) {
+    pub(crate) fn upstream_call(&self, elapsed: Duration) {
         self.upstream.record(elapsed.as_secs_f64());
     }
 
     /// How long reserving a key in the store took.
-    pub fn reserved(&self, elapsed: Duration) {
+    pub(crate) fn reserved(&self, elapsed: Duration) {
         self.reserve.record(elapsed.as_secs_f64());
     }
 
     /// How long storing an outcome took.
-    pub fn completed(&self, elapsed: Duration) {
+    pub(crate) fn completed(&self, elapsed: Duration) {
         self.complete.record(elapsed.as_secs_f64());
     }
 
     /// A request forwarded without deduplication because the store failed (`fail_open`).
-    pub fn failed_open(&self) {
+    pub(crate) fn failed_open(&self) {
         self.fail_open.increment(1);
     }
 }
 
 /// Counts a first request as running upstream until dropped.
-pub struct InFlightGuard(metrics::Gauge);
+pub(crate) struct InFlightGuard(metrics::Gauge);
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
@@ -163,7 +163,7 @@ impl Drop for InFlightGuard {
 }
 
 /// Sends log lines to stderr as text or JSON; `RUST_LOG` narrows or widens what is logged.
-pub fn init_logging(format: crate::config::LogFormat) {
+pub(crate) fn init_logging(format: crate::config::LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     // Colours only for a person at a terminal: escape codes in a log file are noise to parse.

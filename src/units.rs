@@ -11,18 +11,22 @@ use serde::{Deserialize, Deserializer, Serializer};
 pub struct ByteSize(u64);
 
 impl ByteSize {
+    /// `n` bytes.
     pub const fn bytes(n: u64) -> Self {
         Self(n)
     }
 
+    /// `n` KiB.
     pub const fn kib(n: u64) -> Self {
         Self(n * 1024)
     }
 
+    /// `n` MiB.
     pub const fn mib(n: u64) -> Self {
         Self(n * 1024 * 1024)
     }
 
+    /// The size in bytes.
     pub const fn as_u64(self) -> u64 {
         self.0
     }
@@ -109,18 +113,21 @@ impl serde::Serialize for ByteSize {
 pub mod humane_duration {
     use super::*;
 
+    /// A duration as an operator writes one, or why it is not one.
     pub fn parse(raw: &str) -> Result<Duration, String> {
         humantime::parse_duration(raw.trim()).map_err(|e| {
             format!("invalid duration {raw:?} ({e}): expected e.g. \"500ms\", \"30s\", \"24h\"")
         })
     }
 
+    /// Reads a humane duration.
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
         let raw = String::deserialize(deserializer)
             .map_err(|_| serde::de::Error::custom("expected a duration such as \"30s\""))?;
         parse(&raw).map_err(serde::de::Error::custom)
     }
 
+    /// Writes a humane duration.
     pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(&humantime::format_duration(*duration))
     }

@@ -26,17 +26,17 @@ use crate::headers::strip_hop_by_hop;
 use crate::BoxError;
 
 /// The pooled client every route shares.
-pub type UpstreamClient = Client<HttpConnector, Body>;
+pub(crate) type UpstreamClient = Client<HttpConnector, Body>;
 
 /// The address of the client that sent a request, put on it by the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientAddr(pub SocketAddr);
+pub(crate) struct ClientAddr(pub SocketAddr);
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 /// A client with keep-alive pooling; connect failures surface fast so they can be retried.
-pub fn client() -> UpstreamClient {
+pub(crate) fn client() -> UpstreamClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(Duration::from_secs(5)));
@@ -48,14 +48,14 @@ pub fn client() -> UpstreamClient {
 
 /// Forwards every request to one upstream base URL.
 #[derive(Debug, Clone)]
-pub struct Upstream {
+pub(crate) struct Upstream {
     client: UpstreamClient,
     base: Uri,
 }
 
 impl Upstream {
     /// `base` is `http://HOST:PORT` with an optional path that is put before every request path.
-    pub fn new(client: UpstreamClient, base: Uri) -> Self {
+    pub(crate) fn new(client: UpstreamClient, base: Uri) -> Self {
         Self { client, base }
     }
 

@@ -382,7 +382,7 @@ async fn concurrent_reserves_admit_exactly_one(store: Arc<dyn Store>) {
         match task.await.unwrap() {
             Reservation::Acquired(token) => winners.push(token),
             Reservation::InFlight(r) => seen.push(r.token),
-            other => panic!("unexpected {other:?}"),
+            other @ Reservation::Completed(_) => panic!("unexpected {other:?}"),
         }
     }
     assert_eq!(

@@ -18,7 +18,9 @@ use sha2::Sha256;
 
 fn hmac(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
-    parts.iter().for_each(|p| mac.update(p));
+    for part in parts {
+        mac.update(part);
+    }
     mac.finalize().into_bytes().to_vec()
 }
 

@@ -16,7 +16,7 @@ use crate::store::{SealingKey, SealingKeys};
 /// A route's `verify` table as written.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct VerifyTable {
+pub(super) struct VerifyTable {
     pub scheme: Scheme,
     pub secret: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -24,7 +24,7 @@ pub struct VerifyTable {
 }
 
 /// The sealing keys, if `encryption_key` is set; old keys without a current one are refused.
-pub fn encryption(
+pub(super) fn encryption(
     src: &Source,
     current: &Option<Spanned<String>>,
     old: &[Spanned<String>],
@@ -54,14 +54,14 @@ fn sealing_key(src: &Source, raw: &Spanned<String>, key: &str) -> Result<Sealing
 }
 
 /// Checks a `verify` table and reads its secret.
-pub fn verifier(table: &VerifyTable) -> Result<Verifier, String> {
+pub(super) fn verifier(table: &VerifyTable) -> Result<Verifier, String> {
     let secret = Secret::resolve(&table.secret)?;
     let tolerance = table.tolerance.as_deref().map(duration).transpose()?;
     Verifier::new(table.scheme, secret, tolerance)
 }
 
 /// A verifier in the file's vocabulary, for `--check`.
-pub fn verify_table(verifier: &Verifier) -> VerifyTable {
+pub(super) fn verify_table(verifier: &Verifier) -> VerifyTable {
     VerifyTable {
         scheme: verifier.scheme(),
         secret: verifier.secret().reference().to_owned(),

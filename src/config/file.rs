@@ -14,7 +14,7 @@ use crate::units::ByteSize;
 /// The whole file. Every key is optional: a file may set only routes, or only defaults.
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawFile {
+pub(super) struct RawFile {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -50,7 +50,7 @@ pub struct RawFile {
 
 /// What a `[[routes]]` table says besides policy: which requests it takes, and where they go.
 #[derive(Debug, Default)]
-pub struct RouteHead {
+pub(super) struct RouteHead {
     pub name: Option<Spanned<String>>,
     pub path_prefix: Option<Spanned<String>>,
     pub host: Option<Spanned<String>>,
@@ -65,33 +65,33 @@ macro_rules! policy_keys {
         /// The policy keys of a `[defaults]` or `[[routes]]` table; an absent key inherits.
         #[derive(Debug, Default, Deserialize, Serialize)]
         #[serde(deny_unknown_fields)]
-        pub struct PolicyTable {
+        pub(super) struct PolicyTable {
             $(
                 #[serde(skip_serializing_if = "Option::is_none")]
-                pub $key: Option<Spanned<$ty>>,
+                pub(super) $key: Option<Spanned<$ty>>,
             )*
         }
 
         /// One `[[routes]]` table: the route's own keys, then any policy key.
         #[derive(Debug, Default, Deserialize, Serialize)]
         #[serde(deny_unknown_fields)]
-        pub struct RouteTable {
+        pub(super) struct RouteTable {
             #[serde(skip_serializing_if = "Option::is_none")]
-            pub name: Option<Spanned<String>>,
+            pub(super) name: Option<Spanned<String>>,
             #[serde(skip_serializing_if = "Option::is_none")]
-            pub path_prefix: Option<Spanned<String>>,
+            pub(super) path_prefix: Option<Spanned<String>>,
             #[serde(skip_serializing_if = "Option::is_none")]
-            pub host: Option<Spanned<String>>,
+            pub(super) host: Option<Spanned<String>>,
             #[serde(skip_serializing_if = "Option::is_none")]
-            pub upstream: Option<Spanned<String>>,
+            pub(super) upstream: Option<Spanned<String>>,
             $(
                 #[serde(skip_serializing_if = "Option::is_none")]
-                pub $key: Option<Spanned<$ty>>,
+                pub(super) $key: Option<Spanned<$ty>>,
             )*
         }
 
         impl RouteTable {
-            pub fn split(self) -> (RouteHead, PolicyTable) {
+            pub(super) fn split(self) -> (RouteHead, PolicyTable) {
                 let head = RouteHead {
                     name: self.name,
                     path_prefix: self.path_prefix,
@@ -101,7 +101,7 @@ macro_rules! policy_keys {
                 (head, PolicyTable { $($key: self.$key,)* })
             }
 
-            pub fn join(head: RouteHead, policy: PolicyTable) -> Self {
+            pub(super) fn join(head: RouteHead, policy: PolicyTable) -> Self {
                 Self {
                     name: head.name,
                     path_prefix: head.path_prefix,
@@ -137,6 +137,6 @@ policy_keys! {
 }
 
 /// Wraps a value for printing; spans only matter for values read from a file.
-pub fn unspanned<T>(value: T) -> Option<Spanned<T>> {
+pub(super) fn unspanned<T>(value: T) -> Option<Spanned<T>> {
     Some(Spanned::new(0..0, value))
 }

@@ -36,7 +36,7 @@ impl Default for Limits {
 }
 
 /// The limits the file sets, the defaults for the others.
-pub fn resolve(src: &Source, raw: &RawFile) -> Result<Limits, ConfigError> {
+pub(super) fn resolve(src: &Source, raw: &RawFile) -> Result<Limits, ConfigError> {
     let mut limits = Limits::default();
     if let Some(timeout) = &raw.header_read_timeout {
         limits.header_read_timeout = values::duration(timeout.get_ref())
@@ -74,7 +74,7 @@ fn connections(count: i64) -> Result<usize, String> {
 }
 
 /// Writes the limits into the file's own keys.
-pub fn print(limits: &Limits, raw: &mut RawFile) {
+pub(super) fn print(limits: &Limits, raw: &mut RawFile) {
     let timeout = humantime::format_duration(limits.header_read_timeout).to_string();
     raw.header_read_timeout = unspanned(timeout);
     raw.max_header_bytes = unspanned(limits.max_header_bytes);

@@ -56,13 +56,24 @@ fn route(route: &RouteSettings) -> Spanned<RouteTable> {
 }
 
 fn policy(policy: &Policy) -> PolicyTable {
-    let names = |headers: &[http::HeaderName]| headers.iter().map(|h| h.to_string()).collect();
+    let names = |headers: &[http::HeaderName]| {
+        headers
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect()
+    };
     let (key_header, key_body_pointer) = match &policy.key_source {
         KeySource::Header(name) => (unspanned(name.to_string()), None),
         KeySource::BodyPointer(pointer) => (None, unspanned(pointer.clone())),
     };
     PolicyTable {
-        methods: unspanned(policy.methods.iter().map(|m| m.to_string()).collect()),
+        methods: unspanned(
+            policy
+                .methods
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect(),
+        ),
         key_header,
         key_body_pointer,
         require_key: unspanned(policy.require_key),
@@ -71,7 +82,7 @@ fn policy(policy: &Policy) -> PolicyTable {
             policy
                 .scope_header
                 .as_ref()
-                .map(|h| h.to_string())
+                .map(std::string::ToString::to_string)
                 .unwrap_or_default(),
         ),
         fingerprint_headers: unspanned(names(&policy.fingerprint_headers)),

@@ -166,10 +166,10 @@ fn routes(
         let mut inherited = defaults.clone();
         inherited.policy.route = name;
         policy::apply(src, &mut inherited, &keys)?;
-        routes.push(route(src, head, span, inherited)?);
+        routes.push(route(src, &head, span, inherited)?);
     }
     if let Some(given) = upstream {
-        routes.push(default_route(src, given, defaults, &names)?);
+        routes.push(default_route(src, &given, defaults, &names)?);
     }
     if routes.is_empty() {
         return Err(ConfigError::NoUpstream);
@@ -180,14 +180,14 @@ fn routes(
 /// The route `default`, for the top-level upstream; a configured route may not take its name.
 fn default_route(
     src: &Source,
-    upstream: Given,
+    upstream: &Given,
     defaults: &Inherited,
     names: &HashMap<String, Range<usize>>,
 ) -> Result<RouteSettings, ConfigError> {
     if let Some(span) = names.get(RouteName::DEFAULT) {
         let reason = format!(
             "key \"name\": route name \"default\" is already taken by {}",
-            origin(src, &upstream)
+            origin(src, upstream)
         );
         return Err(src.at(span.clone(), Some("name"), reason));
     }
@@ -228,7 +228,7 @@ fn unique_name(
 
 fn route(
     src: &Source,
-    head: RouteHead,
+    head: &RouteHead,
     table: Range<usize>,
     inherited: Inherited,
 ) -> Result<RouteSettings, ConfigError> {

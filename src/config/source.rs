@@ -12,28 +12,33 @@ use super::error::ConfigError;
 use super::file::RawFile;
 
 /// The config text and the name errors call it by.
-pub struct Source<'a> {
+pub(super) struct Source<'a> {
     origin: &'a str,
     text: &'a str,
 }
 
 impl<'a> Source<'a> {
-    pub fn new(origin: &'a str, text: &'a str) -> Self {
+    pub(super) fn new(origin: &'a str, text: &'a str) -> Self {
         Self { origin, text }
     }
 
     /// Deserializes the raw file, reporting syntax and type errors with their line and key.
-    pub fn parse(&self) -> Result<RawFile, ConfigError> {
+    pub(super) fn parse(&self) -> Result<RawFile, ConfigError> {
         toml::from_str(self.text).map_err(|e| self.toml_error(&e))
     }
 
     /// An error about the value of `key` at `spanned`.
-    pub fn bad<T>(&self, spanned: &Spanned<T>, key: &str, reason: impl AsRef<str>) -> ConfigError {
+    pub(super) fn bad<T>(
+        &self,
+        spanned: &Spanned<T>,
+        key: &str,
+        reason: impl AsRef<str>,
+    ) -> ConfigError {
         let reason = format!("key {key:?}: {}", reason.as_ref());
         self.at(spanned.span(), Some(key), reason)
     }
 
-    pub fn at(&self, span: Range<usize>, key: Option<&str>, reason: String) -> ConfigError {
+    pub(super) fn at(&self, span: Range<usize>, key: Option<&str>, reason: String) -> ConfigError {
         ConfigError::File {
             origin: self.origin.to_owned(),
             line: self.line(span.start),
@@ -43,7 +48,7 @@ impl<'a> Source<'a> {
     }
 
     /// The 1-based line holding byte `offset`.
-    pub fn line(&self, offset: usize) -> usize {
+    pub(super) fn line(&self, offset: usize) -> usize {
         let end = offset.min(self.text.len());
         1 + self.text.as_bytes()[..end]
             .iter()

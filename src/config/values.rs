@@ -12,7 +12,7 @@ use crate::units::humane_duration;
 
 /// A humane duration; zero is refused, as a zero lease, ttl or timeout would make every
 /// request fail or every record vanish at once.
-pub fn duration(raw: &str) -> Result<Duration, String> {
+pub(super) fn duration(raw: &str) -> Result<Duration, String> {
     let duration = humane_duration::parse(raw)?;
     if duration.is_zero() {
         return Err(format!("duration {raw:?} must be more than zero"));
@@ -20,23 +20,23 @@ pub fn duration(raw: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
-pub fn header(raw: &str) -> Result<HeaderName, String> {
+pub(super) fn header(raw: &str) -> Result<HeaderName, String> {
     HeaderName::from_bytes(raw.as_bytes()).map_err(|_| {
         format!("invalid header name {raw:?}: expected a token such as \"Idempotency-Key\"")
     })
 }
 
 /// TOML has no null: an empty name is how a route drops a scope header it inherited.
-pub fn optional_header(raw: &str) -> Result<Option<HeaderName>, String> {
+pub(super) fn optional_header(raw: &str) -> Result<Option<HeaderName>, String> {
     (!raw.is_empty()).then(|| header(raw)).transpose()
 }
 
-pub fn headers(raw: &[String]) -> Result<Vec<HeaderName>, String> {
+pub(super) fn headers(raw: &[String]) -> Result<Vec<HeaderName>, String> {
     raw.iter().map(|h| header(h)).collect()
 }
 
 /// Methods are case-sensitive, so `post` would silently never match a `POST`: refuse it.
-pub fn method(raw: &str) -> Result<Method, String> {
+pub(super) fn method(raw: &str) -> Result<Method, String> {
     let bad = || format!("invalid method {raw:?}: expected an upper-case method such as \"POST\"");
     if raw.chars().any(|c| c.is_ascii_lowercase()) {
         return Err(bad());
@@ -44,7 +44,7 @@ pub fn method(raw: &str) -> Result<Method, String> {
     Method::from_bytes(raw.as_bytes()).map_err(|_| bad())
 }
 
-pub fn status(raw: i64) -> Result<StatusCode, String> {
+pub(super) fn status(raw: i64) -> Result<StatusCode, String> {
     u16::try_from(raw)
         .ok()
         .filter(|s| (100..=599).contains(s))
@@ -53,7 +53,7 @@ pub fn status(raw: i64) -> Result<StatusCode, String> {
 }
 
 /// An RFC 6901 pointer: empty (the whole body) or starting with `/`.
-pub fn json_pointer(raw: &str) -> Result<String, String> {
+pub(super) fn json_pointer(raw: &str) -> Result<String, String> {
     if raw.is_empty() || raw.starts_with('/') {
         Ok(raw.to_owned())
     } else {
@@ -63,13 +63,13 @@ pub fn json_pointer(raw: &str) -> Result<String, String> {
     }
 }
 
-pub fn socket_addr(raw: &str) -> Result<SocketAddr, String> {
+pub(super) fn socket_addr(raw: &str) -> Result<SocketAddr, String> {
     raw.trim()
         .parse()
         .map_err(|_| format!("invalid address {raw:?}: expected IP:PORT such as 127.0.0.1:8080"))
 }
 
-pub fn path_prefix(raw: &str) -> Result<String, String> {
+pub(super) fn path_prefix(raw: &str) -> Result<String, String> {
     let valid =
         raw.starts_with('/') && !raw.contains(['?', '#']) && raw.parse::<PathAndQuery>().is_ok();
     if !valid {
@@ -80,7 +80,7 @@ pub fn path_prefix(raw: &str) -> Result<String, String> {
     Ok(raw.to_owned())
 }
 
-pub fn host(raw: &str) -> Result<String, String> {
+pub(super) fn host(raw: &str) -> Result<String, String> {
     let valid = !raw.is_empty() && !raw.contains('@') && raw.parse::<Authority>().is_ok();
     if !valid {
         return Err(format!(
@@ -92,7 +92,7 @@ pub fn host(raw: &str) -> Result<String, String> {
 
 /// Only plain HTTP upstreams: the proxy has no TLS client yet, and silently speaking plain
 /// HTTP to an `https://` address would be worse than refusing it.
-pub fn upstream_uri(raw: &str) -> Result<Uri, String> {
+pub(super) fn upstream_uri(raw: &str) -> Result<Uri, String> {
     let bad = |why: &str| {
         format!("invalid upstream URL {raw:?} ({why}): expected http://HOST:PORT[/path]")
     };
@@ -106,12 +106,12 @@ pub fn upstream_uri(raw: &str) -> Result<Uri, String> {
     }
     let authority = uri.authority().map(Authority::as_str).unwrap_or_default();
     let problem = match () {
-        _ if uri.scheme_str() != Some("http") => "not http://",
-        _ if uri.host().is_none_or(str::is_empty) => "no host",
-        _ if uri.port_u16().is_none() => "no port",
-        _ if authority.contains('@') => "user info is not allowed",
-        _ if uri.query().is_some() => "a query is not allowed",
-        _ => return Ok(uri),
+        () if uri.scheme_str() != Some("http") => "not http://",
+        () if uri.host().is_none_or(str::is_empty) => "no host",
+        () if uri.port_u16().is_none() => "no port",
+        () if authority.contains('@') => "user info is not allowed",
+        () if uri.query().is_some() => "a query is not allowed",
+        () => return Ok(uri),
     };
     Err(bad(problem))
 }

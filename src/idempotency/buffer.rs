@@ -17,21 +17,21 @@ use crate::model::StoredBody;
 use crate::BoxError;
 
 /// An upstream body, read whole or found too large to keep.
-pub enum BufferedBody {
+pub(super) enum BufferedBody {
     Whole(Bytes),
     TooLarge(PrefixedBody),
 }
 
 impl BufferedBody {
     /// What the store keeps of this body: the bytes (shared, not copied), or nothing.
-    pub fn stored(&self) -> StoredBody {
+    pub(super) fn stored(&self) -> StoredBody {
         match self {
             BufferedBody::Whole(bytes) => StoredBody::Kept(bytes.clone()),
             BufferedBody::TooLarge(_) => StoredBody::NotKept,
         }
     }
 
-    pub fn into_body(self) -> Body {
+    pub(super) fn into_body(self) -> Body {
         match self {
             BufferedBody::Whole(bytes) => Body::from(bytes),
             BufferedBody::TooLarge(streaming) => Body::new(streaming),
@@ -40,7 +40,7 @@ impl BufferedBody {
 }
 
 /// Reads `body` until it ends or exceeds `limit` bytes. Trailers are not kept.
-pub async fn buffer<B>(body: B, limit: usize) -> Result<BufferedBody, BoxError>
+pub(super) async fn buffer<B>(body: B, limit: usize) -> Result<BufferedBody, BoxError>
 where
     B: HttpBody<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
@@ -70,12 +70,14 @@ fn concat(mut chunks: VecDeque<Bytes>, len: usize) -> Bytes {
         return chunks.pop_front().unwrap_or_default();
     }
     let mut whole = BytesMut::with_capacity(len);
-    chunks.iter().for_each(|c| whole.extend_from_slice(c));
+    for chunk in &chunks {
+        whole.extend_from_slice(chunk);
+    }
     whole.freeze()
 }
 
 /// The chunks already read, then the rest of the upstream body.
-pub struct PrefixedBody {
+pub(super) struct PrefixedBody {
     prefix: VecDeque<Bytes>,
     rest: Body,
 }

@@ -12,7 +12,11 @@ use crate::units::ByteSize;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Reads the whole body, refusing one over `limit` without reading past it.
-pub async fn read_body<B>(parts: &Parts, body: B, limit: ByteSize) -> Result<Bytes, ProxyError>
+pub(crate) async fn read_body<B>(
+    parts: &Parts,
+    body: B,
+    limit: ByteSize,
+) -> Result<Bytes, ProxyError>
 where
     B: HttpBody<Data = Bytes>,
     B::Error: Into<BoxError>,
@@ -33,7 +37,7 @@ where
 }
 
 /// The key in a header: none, one valid key, or an error (two headers count as invalid).
-pub fn key_from_headers(
+pub(crate) fn key_from_headers(
     headers: &HeaderMap,
     name: &HeaderName,
 ) -> Result<Option<IdempotencyKey>, KeyError> {
@@ -49,7 +53,10 @@ pub fn key_from_headers(
 
 /// The key at a JSON pointer in the body. A body that is not JSON, or has no such member, has
 /// no key; a string member is the key, and so is an integer (some senders number their events).
-pub fn key_from_body(body: &[u8], pointer: &str) -> Result<Option<IdempotencyKey>, KeyError> {
+pub(crate) fn key_from_body(
+    body: &[u8],
+    pointer: &str,
+) -> Result<Option<IdempotencyKey>, KeyError> {
     let Ok(document) = serde_json::from_slice::<serde_json::Value>(body) else {
         return Ok(None);
     };

@@ -8,6 +8,7 @@ use tower::Layer;
 use super::context::Context;
 use super::policy::Policy;
 use super::service::IdempotencyService;
+use super::waiters::Waiters;
 use crate::store::Store;
 use crate::telemetry::RouteMetrics;
 
@@ -71,7 +72,7 @@ impl IdempotencyLayer {
             store,
             metrics: RouteMetrics::new(&policy.route),
             policy,
-            waiters: Default::default(),
+            waiters: Waiters::default(),
             tasks: tracker,
         };
         Self { ctx: Arc::new(ctx) }

@@ -20,16 +20,17 @@ pub(super) fn replay(record: CompletedRecord) -> Response<Body> {
             response
         }
         StoredBody::NotKept => return ProxyError::ResponseNotKept.into_response(),
-        StoredBody::Problem(kind) => match ProxyError::stored(&kind) {
-            Some(problem) => problem.into_response(),
-            None => {
+        StoredBody::Problem(kind) => {
+            if let Some(problem) = ProxyError::stored(&kind) {
+                problem.into_response()
+            } else {
                 tracing::error!(
                     kind,
                     "a stored record names a problem this proxy does not make"
                 );
                 return ProxyError::StoreUnavailable.into_response();
             }
-        },
+        }
     };
     response.headers_mut().insert(
         IDEMPOTENT_REPLAYED.clone(),

@@ -31,8 +31,11 @@ pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Scheme {
+    /// GitHub's `X-Hub-Signature-256`.
     Github,
+    /// Stripe's `Stripe-Signature`, with a timestamp.
     Stripe,
+    /// Standard Webhooks (Svix): `webhook-id`, `webhook-timestamp`, `webhook-signature`.
     StandardWebhooks,
 }
 
@@ -74,10 +77,12 @@ impl Verifier {
         })
     }
 
+    /// The signature format checked.
     pub fn scheme(&self) -> Scheme {
         self.scheme
     }
 
+    /// The shared secret signatures are made with.
     pub fn secret(&self) -> &Secret {
         &self.secret
     }
@@ -159,7 +164,9 @@ impl Verifier {
         candidates: impl IntoIterator<Item = Vec<u8>>,
     ) -> Result<(), Refusal> {
         let mut mac = self.mac.clone();
-        parts.iter().for_each(|part| mac.update(part));
+        for part in parts {
+            mac.update(part);
+        }
         let matched = candidates
             .into_iter()
             .any(|candidate| mac.clone().verify_slice(&candidate).is_ok());

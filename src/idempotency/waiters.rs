@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 
 /// Storage keys that duplicates are waiting on.
 #[derive(Debug, Default)]
-pub struct Waiters {
+pub(super) struct Waiters {
     waiting: Mutex<HashMap<String, Arc<Notify>>>,
 }
 
@@ -20,17 +20,17 @@ impl Waiters {
         // Every change is one insert or remove, so a poisoned map is still consistent.
         self.waiting
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The signal for `key`; enable a `notified()` future on it before checking the store, so a
     /// finish between the check and the wait is not missed.
-    pub fn subscribe(&self, key: &str) -> Arc<Notify> {
+    pub(super) fn subscribe(&self, key: &str) -> Arc<Notify> {
         self.map().entry(key.to_owned()).or_default().clone()
     }
 
     /// Forgets `key` once its last waiter has given up, so the map does not grow.
-    pub fn unsubscribe(&self, key: &str, notify: Arc<Notify>) {
+    pub(super) fn unsubscribe(&self, key: &str, notify: Arc<Notify>) {
         let mut map = self.map();
         drop(notify);
         if map.get(key).is_some_and(|n| Arc::strong_count(n) == 1) {
@@ -39,7 +39,7 @@ impl Waiters {
     }
 
     /// The first request with `key` has finished: wake everyone waiting on it.
-    pub fn finished(&self, key: &str) {
+    pub(super) fn finished(&self, key: &str) {
         if let Some(notify) = self.map().remove(key) {
             notify.notify_waiters();
         }

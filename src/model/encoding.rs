@@ -61,7 +61,7 @@ impl Record {
 
     /// Decodes a record; the body of a completed record shares `bytes` rather than copying.
     pub fn decode(bytes: Bytes) -> Result<Self, RecordError> {
-        let mut buf = bytes.clone();
+        let mut buf = bytes;
         need(&buf, 50)?;
         if buf.get_u8() != VERSION {
             return Err(RecordError("unknown version"));
@@ -179,7 +179,7 @@ fn decode_completed(
     let body = match buf.get_u8() {
         BODY_KEPT => StoredBody::Kept(take(&mut buf, 4)?),
         BODY_NOT_KEPT => StoredBody::NotKept,
-        BODY_PROBLEM => StoredBody::Problem(problem_type(take(&mut buf, 2)?)?),
+        BODY_PROBLEM => StoredBody::Problem(problem_type(&take(&mut buf, 2)?)?),
         _ => return Err(RecordError("bad body tag")),
     };
     if !buf.is_empty() {
@@ -215,12 +215,12 @@ fn need(buf: &Bytes, len: usize) -> Result<(), RecordError> {
 }
 
 /// A problem type as the proxy names them: lower-case letters and `-`.
-fn problem_type(raw: Bytes) -> Result<String, RecordError> {
+fn problem_type(raw: &[u8]) -> Result<String, RecordError> {
     let valid = |b: &u8| b.is_ascii_lowercase() || *b == b'-';
     if raw.is_empty() || raw.len() > MAX_PROBLEM_LEN || !raw.iter().all(valid) {
         return Err(RecordError("bad problem type"));
     }
-    Ok(String::from_utf8_lossy(&raw).into_owned())
+    Ok(String::from_utf8_lossy(raw).into_owned())
 }
 
 #[cfg(test)]

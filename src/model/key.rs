@@ -16,14 +16,19 @@ pub const MAX_KEY_LEN: usize = 255;
 /// Why a key was refused; the text reaches the client in the problem's `detail`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
+    /// No characters.
     #[error("the idempotency key is empty")]
     Empty,
+    /// More than [`MAX_KEY_LEN`] characters.
     #[error("the idempotency key is longer than {MAX_KEY_LEN} characters")]
     TooLong,
+    /// A space, a control character or a non-ASCII character.
     #[error("the idempotency key may hold only visible ASCII characters")]
     NotVisibleAscii,
+    /// A quoted value that is not a valid RFC 9651 String.
     #[error("the idempotency key is not a valid structured-field string")]
     MalformedString,
+    /// The key header was sent more than once.
     #[error("the request carries more than one idempotency key")]
     Repeated,
 }
@@ -51,12 +56,11 @@ impl IdempotencyKey {
     /// Parses a header value: an RFC 9651 String or a bare token, surrounded by optional spaces.
     pub fn from_header_value(raw: &[u8]) -> Result<Self, KeyError> {
         let raw = raw.trim_ascii();
-        match raw.first() {
-            Some(b'"') => Self::new(parse_sf_string(raw)?),
-            _ => {
-                let text = std::str::from_utf8(raw).map_err(|_| KeyError::NotVisibleAscii)?;
-                Self::new(text)
-            }
+        if let Some(b'"') = raw.first() {
+            Self::new(parse_sf_string(raw)?)
+        } else {
+            let text = std::str::from_utf8(raw).map_err(|_| KeyError::NotVisibleAscii)?;
+            Self::new(text)
         }
     }
 

@@ -17,6 +17,7 @@ use crate::model::{CompletedRecord, FencingToken, Fingerprint, InFlightRecord, R
 /// key nor a map growing past a resize stalls every other request.
 const SHARDS: usize = 16;
 
+/// Records in this process's memory, lost when it exits.
 #[derive(Debug)]
 pub struct MemoryStore {
     shards: Box<[Mutex<Entries>]>,
@@ -84,6 +85,7 @@ impl Entries {
 }
 
 impl MemoryStore {
+    /// An empty store.
     pub fn new() -> Self {
         Self::default()
     }
@@ -95,7 +97,7 @@ impl MemoryStore {
         // single insert or remove, so the map stays valid and we keep serving.
         self.shards[shard]
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

@@ -53,7 +53,7 @@ impl ReplayCache {
         // Every change leaves map, order and count consistent before the lock is released.
         self.inner
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The cached record under `key`, if it is still fresh.

@@ -7,7 +7,9 @@ use std::str::FromStr;
 /// Which backend to open, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreSpec {
+    /// `memory`.
     Memory,
+    /// `file:PATH`.
     File(PathBuf),
     /// `redis://` or `rediss://`, kept whole for the client to parse.
     Redis(String),
@@ -15,6 +17,7 @@ pub enum StoreSpec {
     RedisCluster(Vec<String>),
 }
 
+/// Why a store value was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct StoreSpecError(String);

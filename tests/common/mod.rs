@@ -1,5 +1,5 @@
 //! Shared pieces of the integration tests: a real upstream, the proxy, a client, and Redis.
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 pub mod binary;
 pub mod client;

@@ -87,6 +87,7 @@ impl FileStore {
         })
     }
 
+    /// The file the store lives in.
     pub fn path(&self) -> &Path {
         &self.path
     }

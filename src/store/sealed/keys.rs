@@ -15,7 +15,7 @@ use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use crate::secret::Secret;
 
 /// The length of a sealing key in bytes.
-pub const KEY_LEN: usize = 32;
+pub(super) const KEY_LEN: usize = 32;
 
 /// One key, and the reference it was read from (the only part that is ever printed).
 #[derive(Clone)]
@@ -52,6 +52,7 @@ impl SealingKey {
         }
     }
 
+    /// Where the key was read from (`env:NAME` or `file:PATH`), the only part ever printed.
     pub fn reference(&self) -> &str {
         &self.reference
     }
@@ -79,6 +80,7 @@ pub struct SealingKeys {
 }
 
 impl SealingKeys {
+    /// `current` seals and opens; `old` keys only open.
     pub fn new(current: SealingKey, old: Vec<SealingKey>) -> Self {
         Self { current, old }
     }

@@ -52,6 +52,7 @@ pub struct SealedStore<S: ?Sized = dyn Store> {
 }
 
 impl<S: Store + ?Sized> SealedStore<S> {
+    /// `inner`, with completed records sealed under `keys`.
     pub fn new(inner: Arc<S>, keys: SealingKeys) -> Self {
         Self { inner, keys }
     }
@@ -81,7 +82,7 @@ impl<S: Store + ?Sized> SealedStore<S> {
     }
 
     /// Opens an envelope read from the store name `name`.
-    fn open(&self, name: &str, envelope: CompletedRecord) -> Result<CompletedRecord, StoreError> {
+    fn open(&self, name: &str, envelope: &CompletedRecord) -> Result<CompletedRecord, StoreError> {
         let corrupt = |why| StoreError::Corrupt(RecordError::new(why));
         let StoredBody::Kept(body) = &envelope.body else {
             return Err(corrupt("record is not sealed"));
@@ -115,7 +116,7 @@ impl<S: Store + ?Sized> SealedStore<S> {
         reservation: Reservation,
     ) -> Result<Reservation, StoreError> {
         match reservation {
-            Reservation::Completed(r) => self.open(name, r).map(Reservation::Completed),
+            Reservation::Completed(r) => self.open(name, &r).map(Reservation::Completed),
             other => Ok(other),
         }
     }
@@ -172,7 +173,7 @@ impl<S: Store + ?Sized> Store for SealedStore<S> {
         let hidden = key.with_hashed_key();
         match self.inner.get(&hidden).await? {
             Some((Record::Completed(r), left)) => {
-                let opened = self.open(&hidden.storage_key(), r)?;
+                let opened = self.open(&hidden.storage_key(), &r)?;
                 Ok(Some((Record::Completed(opened), left)))
             }
             other => Ok(other),
