@@ -7,7 +7,8 @@ BENCH_DURATION seconds after a BENCH_WARMUP warm-up, in BENCH_ROUNDS interleaved
 tables give the median of the rounds, and each ratio is taken against nginx pass-through of the
 same round. Besides req/s and latency, each run reports the CPU time per request of the server
 under test and of the processes it leans on (runner.py). The goals are checked after the
-tables.
+tables; the chart (BENCH_CHART) and every round's raw figures (results.json next to it) are
+written to files.
 
 With BENCH_PROXY_BIN_B, every case of ours also runs against that second binary, right after
 the first, and is reported as "<case> (B)".
@@ -27,12 +28,16 @@ import subprocess
 import tempfile
 import time
 
+import chart
 import report
 from cases import all_cases, select, with_build_b
 from procs import Interrupted, Processes, log, raise_interrupted
 from redisclient import redis_available, redis_server_pid
-from runner import Runner, Settings
+from runner import HERE, Runner, Settings
 from servers import Fixtures
+
+CHART = os.environ.get("BENCH_CHART", os.path.join(HERE, "results", "chart.svg"))
+
 
 def chosen_cases(settings):
     cases = all_cases(settings.redis_url)
@@ -92,6 +97,12 @@ def print_report(settings, cases, elapsed_s):
     for note in report.skipped_notes(cases):
         print(f"\n{note}")
     print("\nPer round:\n" + "\n".join(report.per_round_lines(cases)))
+    os.makedirs(os.path.dirname(os.path.abspath(CHART)), exist_ok=True)
+    chart.write_svg(CHART, cases, summaries,
+                    "Throughput of each case relative to nginx pass-through", setup)
+    results = os.path.join(os.path.dirname(os.path.abspath(CHART)), "results.json")
+    report.write_json(results, settings, cases, summaries, elapsed_s)
+    print(f"\nChart: {CHART}\nEvery round's figures: {results}")
 
 
 def main():

@@ -1,10 +1,14 @@
-"""What a run found: medians over the rounds, the markdown tables, the goals.
+"""What a run found: medians over the rounds, the markdown tables, the goals, the raw JSON.
 
 Every ratio is taken round by round against the case's reference (nginx pass-through) of the
 same round, and the median of those ratios is reported: rounds are interleaved, so a slow
 moment of the machine weighs on both sides of a ratio alike.
 """
 
+import dataclasses
+import json
+import os
+import platform
 import statistics
 
 # The processes besides the server under test whose CPU per request is reported.
@@ -132,3 +136,28 @@ def skipped_notes(cases):
             reasons.setdefault(case.skipped, []).append(case.label)
     return [f"Skipped ({', '.join(labels)}): {why}" for why, labels in reasons.items()]
 
+
+def write_json(path, settings, cases, summaries, elapsed_s):
+    """Every round of every case, with the settings and the medians, for later comparison."""
+    document = {
+        "settings": dataclasses.asdict(settings),
+        "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
+        "elapsed_s": round(elapsed_s, 1),
+        "cases": [
+            {
+                "name": case.name,
+                "label": case.label,
+                "reference": case.reference,
+                "server": repr(case.server),
+                "load": dataclasses.asdict(case.load),
+                "goals": [dataclasses.asdict(goal) for goal in case.goals],
+                "skipped": case.skipped or None,
+                "rounds": case.results,
+                "summary": summaries[case.name],
+            }
+            for case in cases
+        ],
+    }
+    with open(path, "w") as f:
+        json.dump(document, f, indent=1, ensure_ascii=False)
+        f.write("\n")
