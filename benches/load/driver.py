@@ -13,6 +13,9 @@ written to files.
 With BENCH_PROXY_BIN_B, every case of ours also runs against that second binary, right after
 the first, and is reported as "<case> (B)".
 
+`driver.py --profile CASE --perf-data PATH` runs one case once instead, and records its server
+with `perf record` for a few seconds in the middle of the measured window (flamegraph.sh).
+
 Only loopback addresses are used. Every process started here is stopped at the end, on
 failure, Ctrl-C and SIGTERM too. Records written to Redis carry this run's key prefix and are
 deleted afterwards; nothing else in Redis is touched.
@@ -22,6 +25,7 @@ import sys
 
 sys.dont_write_bytecode = True  # no __pycache__ left next to the scripts
 
+import argparse
 import os
 import signal
 import subprocess
@@ -105,7 +109,47 @@ def print_report(settings, cases, elapsed_s):
     print(f"\nChart: {CHART}\nEvery round's figures: {results}")
 
 
+def profile(runner, cases, args, settings):
+    """One run of one case, its server recorded by perf in the middle of the window."""
+    case = next((c for c in cases if c.name == args.profile), None)
+    if case is None:
+        raise RuntimeError(f"no case {args.profile}: {', '.join(c.name for c in cases)}")
+    if args.perf_seconds >= settings.duration_s:
+        raise RuntimeError(f"BENCH_DURATION ({settings.duration_s}s) must exceed "
+                           f"the {args.perf_seconds}s recorded")
+    processes, tmp = runner.fixtures.processes, runner.fixtures.tmp
+
+    def record(server, window_s):
+        time.sleep((window_s - args.perf_seconds) / 2)
+        argv = ["perf", "record", "-F", "999", *args.call_graph.split(), "-o", args.perf_data,
+                "-p", ",".join(map(str, server.pids)), "--", "sleep", str(args.perf_seconds)]
+        log(" ".join(argv))
+        errors_path = os.path.join(tmp, "perf.stderr")
+        with open(errors_path, "w") as errors:
+            perf = processes.start(argv, subprocess.DEVNULL, errors)
+        if perf.wait() != 0:
+            with open(errors_path) as errors:
+                raise RuntimeError(f"perf record failed: {errors.read().strip()}")
+        processes.forget(perf)
+
+    result = runner.measure(case, 1, during=record)
+    if result is None:
+        raise RuntimeError(f"{case.name}: {case.skipped}")
+    log(f"{case.name} under perf: {result['rps']:,.0f} req/s; {fmt_cpu(result['cpu_us_per_req'])}")
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", metavar="CASE", help="run one case once, under perf")
+    parser.add_argument("--perf-data", default="perf.data", help="perf record's output file")
+    parser.add_argument("--perf-seconds", type=int, default=5, help="how long perf records")
+    parser.add_argument("--call-graph", default="--call-graph dwarf,32768",
+                        help="perf record's call-graph flags")
+    return parser.parse_args()
+
+
 def main():
+    args = parse_args()
     settings = Settings.from_env()
     signal.signal(signal.SIGTERM, raise_interrupted)
     signal.signal(signal.SIGINT, raise_interrupted)
@@ -120,6 +164,9 @@ def main():
         upstream = fixtures.start_upstream()
         log(f"upstream (nginx, 1 worker) on 127.0.0.1:{upstream.port}; Redis PID {redis_pid}")
         runner = Runner(settings, fixtures, redis_pid, f"{os.getpid()}-{int(time.time())}")
+        if args.profile:
+            profile(runner, cases, args, settings)
+            return 0
         log(f"{settings.rounds} rounds of {len(cases)} cases, {settings.duration_s}s each after "
             f"{settings.warmup_s}s warm-up, wrk -t{settings.threads} -c{settings.connections}; "
             f"files in {tmp}")
