@@ -1,452 +1,177 @@
 #!/usr/bin/env python3
 """Load benchmark: the proxy next to the upstream reached directly and next to nginx.
 
-Started by run.sh, which installs nginx and wrk and builds the proxy first. Every case is
-measured with wrk (BENCH_CONNECTIONS connections, BENCH_THREADS threads) for BENCH_DURATION
-seconds after a BENCH_WARMUP warm-up, in BENCH_ROUNDS interleaved rounds; the table gives the
-median of the rounds, and each ratio is taken against nginx pass-through of the same round.
+Started by run.sh, which installs nginx and wrk and builds the proxy first. Every case
+(cases.py) is measured with wrk (BENCH_CONNECTIONS connections, BENCH_THREADS threads) for
+BENCH_DURATION seconds after a BENCH_WARMUP warm-up, in BENCH_ROUNDS interleaved rounds; the
+tables give the median of the rounds, and each ratio is taken against nginx pass-through of the
+same round. Besides req/s and latency, each run reports the CPU time per request of the server
+under test and of the processes it leans on (runner.py). The goals are checked after the
+tables; the chart (BENCH_CHART) and every round's raw figures (results.json next to it) are
+written to files.
+
+With BENCH_PROXY_BIN_B, every case of ours also runs against that second binary, right after
+the first, and is reported as "<case> (B)".
+
+`driver.py --profile CASE --perf-data PATH` runs one case once instead, and records its server
+with `perf record` for a few seconds in the middle of the measured window (flamegraph.sh).
 
 Only loopback addresses are used. Every process started here is stopped at the end, on
 failure, Ctrl-C and SIGTERM too. Records written to Redis carry this run's key prefix and are
 deleted afterwards; nothing else in Redis is touched.
 """
 
+import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ left next to the scripts
+
+import argparse
 import os
 import signal
-import socket
-import statistics
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+import chart
+import report
+from cases import all_cases, select, with_build_b
+from procs import Interrupted, Processes, log, raise_interrupted
+from redisclient import redis_available, redis_server_pid
+from runner import HERE, Runner, Settings
+from servers import Fixtures
 
-DURATION = int(os.environ.get("BENCH_DURATION", "10"))
-WARMUP = int(os.environ.get("BENCH_WARMUP", "2"))
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
-CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "64"))
-THREADS = int(os.environ.get("BENCH_THREADS", "2"))
-REPLAY_KEYS = int(os.environ.get("BENCH_REPLAY_KEYS", "16"))
-REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
-PROXY_BIN = os.environ.get(
-    "BENCH_PROXY_BIN", os.path.join(ROOT, "target", "release", "idempotency-proxy")
-)
-# Only these cases, if set (comma-separated case names, e.g. "nginx,ours-keyed-memory").
-ONLY = [c for c in os.environ.get("BENCH_CASES", "").split(",") if c]
-
-PATH = "/v1/charges"
-BODY = b'{"amount":100,"currency":"eur","customer":"cus_1"}'
-RUN_ID = f"{os.getpid()}-{int(time.time())}"
+CHART = os.environ.get("BENCH_CHART", os.path.join(HERE, "results", "chart.svg"))
 
 
-class Interrupted(Exception):
-    pass
+def chosen_cases(settings):
+    cases = all_cases(settings.redis_url)
+    if settings.proxy_bin_b:
+        cases = with_build_b(cases)
+    return select(cases, settings.only)
 
 
-def on_signal(signum, _frame):
-    raise Interrupted(signal.Signals(signum).name)
+def proxy_binaries(settings):
+    builds = {"A": settings.proxy_bin}
+    if settings.proxy_bin_b:
+        builds["B"] = settings.proxy_bin_b
+    for build, path in builds.items():
+        if not os.access(path, os.X_OK):
+            raise RuntimeError(f"no proxy binary at {path} (build {build}): "
+                               "run cargo build --release")
+    return builds
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def log(message):
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-
-class Processes:
-    """Every process this run started, stopped by PID, newest first."""
-
-    def __init__(self):
-        self.running = []
-
-    def start(self, argv, stdout, stderr, env=None):
-        process = subprocess.Popen(
-            argv,
-            stdout=stdout,
-            stderr=stderr,
-            env=env,
-            start_new_session=True,  # a Ctrl-C reaches this driver, which stops them in order
-        )
-        self.running.append(process)
-        return process
-
-    def stop(self, process, sig=signal.SIGTERM, grace=5.0):
-        if process.poll() is None:
-            process.send_signal(sig)
-            try:
-                process.wait(grace)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if process in self.running:
-            self.running.remove(process)
-
-    def stop_all(self):
-        for process in reversed(list(self.running)):
-            self.stop(process)
-
-
-def wait_ready(port, process, what, timeout=15.0):
-    """Waits until something answers HTTP on the port; fails if the process exits first."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            return False
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready-check", timeout=1):
-                return True
-        except urllib.error.HTTPError:
-            return True  # any HTTP answer means it is serving
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{what} did not answer on port {port} within {timeout}s")
-
-
-def post(port, key=None):
-    headers = {"Content-Type": "application/json"}
-    if key is not None:
-        headers["Idempotency-Key"] = key
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}{PATH}", data=BODY, headers=headers, method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=5) as response:
-        return response.status, response.headers, response.read()
-
-
-def vm_hwm_kib(pid):
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return None
-
-
-# --- a little Redis client: PING, and deleting this run's keys -------------------------------
-
-
-def redis_address(url):
-    rest = url.split("://", 1)[1]
-    hostport, _, db = rest.partition("/")
-    host, _, port = hostport.rpartition(":")
-    return host or "127.0.0.1", int(port or 6379), int(db or 0)
-
-
-class Redis:
-    def __init__(self, url):
-        host, port, db = redis_address(url)
-        self.sock = socket.create_connection((host, port), timeout=5)
-        self.reader = self.sock.makefile("rb")
-        self.call("SELECT", str(db))
-
-    def call(self, *args):
-        out = [f"*{len(args)}\r\n".encode()]
-        for arg in args:
-            data = arg.encode() if isinstance(arg, str) else arg
-            out.append(f"${len(data)}\r\n".encode() + data + b"\r\n")
-        self.sock.sendall(b"".join(out))
-        return self.read()
-
-    def read(self):
-        line = self.reader.readline().rstrip(b"\r\n")
-        kind, rest = line[:1], line[1:]
-        if kind in (b"+", b":"):
-            return rest.decode()
-        if kind == b"-":
-            raise RuntimeError(f"redis: {rest.decode()}")
-        if kind == b"$":
-            n = int(rest)
-            if n < 0:
-                return None
-            data = self.reader.read(n + 2)[:-2]
-            return data.decode()
-        if kind == b"*":
-            return [self.read() for _ in range(int(rest))]
-        raise RuntimeError(f"redis: unexpected reply {line!r}")
-
-    def delete_matching(self, pattern):
-        cursor, deleted = "0", 0
-        while True:
-            cursor, keys = self.call("SCAN", cursor, "MATCH", pattern, "COUNT", "2000")
-            if keys:
-                deleted += int(self.call("UNLINK", *keys))
-            if cursor == "0":
-                return deleted
-
-    def close(self):
-        self.sock.close()
-
-
-def redis_available():
-    try:
-        client = Redis(REDIS_URL)
-        ok = client.call("PING") == "PONG"
-        client.close()
-        return ok
-    except OSError:
-        return False
-
-
-# --- the cases ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Case:
-    name: str
-    label: str
-    target: str  # "upstream", "nginx" or "proxy"
-    mode: str  # "plain", "keyed" or "replay" (bench.lua's BENCH_MODE)
-    store: str = "memory"
-    skipped: str = ""  # why the case has no figures
-    results: list = field(default_factory=list)  # one dict per round
-
-
-def all_cases(tmp):
-    file_store = f"file:{tmp}/bench.db"
-    return [
-        Case("upstream", "upstream direct", "upstream", "plain"),
-        Case("nginx", "nginx pass-through", "nginx", "plain"),
-        Case("ours-plain", "ours pass-through (no key)", "proxy", "plain", "memory"),
-        Case("ours-keyed-memory", "ours keyed first, memory", "proxy", "keyed", "memory"),
-        Case("ours-keyed-redis", "ours keyed first, Redis", "proxy", "keyed", REDIS_URL),
-        Case("ours-keyed-file", "ours keyed first, file", "proxy", "keyed", file_store),
-        Case("ours-replay-memory", "ours replay, memory", "proxy", "replay", "memory"),
-        Case("ours-replay-redis", "ours replay, Redis", "proxy", "replay", REDIS_URL),
-        Case("ours-replay-file", "ours replay, file", "proxy", "replay", file_store),
-    ]
-
-
-class Bench:
-    def __init__(self, tmp, processes):
-        self.tmp = tmp
-        self.processes = processes
-        self.upstream_port = None
-        self.nginx_port = None
-        self.nginx = None
-
-    def render(self, template, name, **values):
-        with open(os.path.join(HERE, template)) as f:
-            text = f.read()
-        values["PREFIX"] = self.tmp
-        for key, value in values.items():
-            text = text.replace(f"@{key}@", str(value))
-        path = os.path.join(self.tmp, name)
-        with open(path, "w") as f:
-            f.write(text)
-        return path
-
-    def start_nginx(self, template, name, **values):
-        conf = self.render(template, f"{name}.conf", **values)
-        errors = open(os.path.join(self.tmp, f"{name}.stderr"), "w")
-        argv = ["nginx", "-p", self.tmp, "-c", conf, "-e", f"{self.tmp}/{name}.error.log",
-                "-g", "daemon off;"]
-        process = self.processes.start(argv, subprocess.DEVNULL, errors)
-        if not wait_ready(values["PORT"], process, name):
-            raise RuntimeError(f"{name} exited: see {self.tmp}/{name}.stderr")
-        return process
-
-    def start_fixtures(self):
-        self.upstream_port = free_port()
-        self.start_nginx("upstream.nginx.conf", "upstream", PORT=self.upstream_port)
-        status, _, body = post(self.upstream_port)
-        log(f"upstream (nginx, 1 worker) on 127.0.0.1:{self.upstream_port}: {status} {body!r}")
-        self.nginx_port = free_port()
-        self.nginx = self.start_nginx(
-            "passthrough.nginx.conf", "nginx", PORT=self.nginx_port,
-            UPSTREAM_PORT=self.upstream_port,
-        )
-        log(f"nginx pass-through (2 workers) on 127.0.0.1:{self.nginx_port}")
-
-    def start_proxy(self, store):
-        port = free_port()
-        stderr_path = os.path.join(self.tmp, "proxy.stderr")
-        stderr = open(stderr_path, "w")
-        argv = [PROXY_BIN, "--listen", f"127.0.0.1:{port}",
-                "--upstream", f"http://127.0.0.1:{self.upstream_port}", "--store", store]
-        process = self.processes.start(argv, subprocess.DEVNULL, stderr)
-        stderr.close()
-        if not wait_ready(port, process, "the proxy"):
-            with open(stderr_path) as f:
-                lines = [line.strip() for line in f if line.strip()]
-            return None, port, (lines[-1] if lines else f"exit status {process.returncode}")
-        return process, port, ""
-
-    def wrk(self, port, mode, seconds, key_prefix):
-        env = dict(os.environ, BENCH_MODE=mode, BENCH_KEY_PREFIX=key_prefix,
-                   BENCH_REPLAY_KEYS=str(REPLAY_KEYS))
-        argv = ["wrk", "-t", str(THREADS), "-c", str(CONNECTIONS), "-d", f"{seconds}s",
-                "--timeout", "5s", "-s", os.path.join(HERE, "bench.lua"),
-                f"http://127.0.0.1:{port}{PATH}"]
-        process = self.processes.start(argv, subprocess.PIPE, subprocess.PIPE, env=env)
-        out, err = process.communicate(timeout=seconds + 60)
-        self.processes.running.remove(process)
-        if process.returncode != 0:
-            raise RuntimeError(f"wrk failed: {err.decode().strip()}")
-        for line in out.decode().splitlines():
-            if line.startswith("BENCH "):
-                fields = dict(item.split("=") for item in line.split()[1:])
-                return {k: int(v) for k, v in fields.items()}
-        raise RuntimeError(f"no BENCH line in wrk's output:\n{out.decode()}")
-
-    def measure(self, case, round_no):
-        """One run of one case: start what it needs, warm up, measure, stop."""
-        key_prefix = f"bench-{RUN_ID}-{case.name}-{round_no}"
-        proxy = None
-        if case.target == "upstream":
-            port = self.upstream_port
-        elif case.target == "nginx":
-            port = self.nginx_port
-        else:
-            proxy, port, why = self.start_proxy(case.store)
-            if proxy is None:
-                case.skipped = f"the proxy did not start with --store {case.store}: {why}"
-                return None
-        try:
-            if case.mode == "replay":
-                for i in range(REPLAY_KEYS):
-                    status, _, _ = post(port, f"{key_prefix}-r{i}")
-                    _, headers, _ = post(port, f"{key_prefix}-r{i}")
-                    if headers.get("Idempotent-Replayed") != "true":
-                        raise RuntimeError(f"{case.name}: priming did not produce a replay")
-            self.wrk(port, case.mode, WARMUP, f"{key_prefix}-w")
-            result = self.wrk(port, case.mode, DURATION, key_prefix)
-            if proxy is not None:
-                result["vm_hwm_kib"] = vm_hwm_kib(proxy.pid)
-            return result
-        finally:
-            if proxy is not None:
-                self.processes.stop(proxy)
-            if case.store.startswith("file:"):
-                subprocess.run(["rm", "-f", case.store[len("file:"):]], check=False)
-            if case.store.startswith("redis"):
-                self.forget_redis_keys(key_prefix)
-
-    def forget_redis_keys(self, key_prefix):
-        try:
-            client = Redis(REDIS_URL)
-            client.delete_matching(f"idempotency-proxy:*:{key_prefix}-*")
-            client.close()
-        except OSError as e:
-            log(f"could not delete this run's Redis keys ({key_prefix}-*): {e}")
-
-
-# --- the report --------------------------------------------------------------------------------
-
-
-def median(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def fmt(value, spec, suffix=""):
-    return "—" if value is None else f"{value:{spec}}{suffix}"
-
-
-def report(cases):
-    by_name = {case.name: case for case in cases}
-    nginx = by_name["nginx"].results
-
-    def per_round(case, metric):
-        return [r[metric] if r else None for r in case.results]
-
-    def ratio_median(case, metric):
-        ratios = []
-        for mine, ref in zip(case.results, nginx):
-            if mine and ref and ref[metric]:
-                ratios.append(mine[metric] / ref[metric])
-        return median(ratios)
-
-    for case in cases:
-        for r in case.results:
-            if r:
-                r["rps"] = r["requests"] / (r["duration_us"] / 1e6)
-                r["errors"] = sum(v for k, v in r.items() if k.startswith("err_"))
-
-    lines = [
-        f"| case | req/s | × nginx | p50 ms | × nginx | p99 ms | × nginx | errors | peak RSS MiB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    notes = []
-    for case in cases:
-        if not any(case.results):
+def run_rounds(runner, cases, settings, have_redis):
+    for round_no in range(1, settings.rounds + 1):
+        for case in cases:
+            if case.uses_redis and not have_redis:
+                case.skipped = f"no Redis at {settings.redis_url}"
             if case.skipped:
-                lines.append(f"| {case.label} | skipped | | | | | | | |")
-                notes.append((case.label, case.skipped))
-            continue
-        rps = median(per_round(case, "rps"))
-        p50 = median(per_round(case, "p50_us"))
-        p99 = median(per_round(case, "p99_us"))
-        errors = sum(e for e in per_round(case, "errors") if e)
-        hwm = median(per_round(case, "vm_hwm_kib")) if case.target == "proxy" else None
-        lines.append(
-            f"| {case.label} | {fmt(rps, ',.0f')} | {fmt(ratio_median(case, 'rps'), '.2f')} "
-            f"| {fmt(p50 and p50 / 1000, '.2f')} | {fmt(ratio_median(case, 'p50_us'), '.2f')} "
-            f"| {fmt(p99 and p99 / 1000, '.2f')} | {fmt(ratio_median(case, 'p99_us'), '.2f')} "
-            f"| {errors} | {fmt(hwm and hwm / 1024, '.1f')} |"
-        )
-    rounds = []
-    for case in cases:
-        figures = [f"{r['rps']:.0f}" if r else "—" for r in case.results]
-        if any(case.results):
-            rounds.append(f"  {case.name}: req/s by round {', '.join(figures)}")
-    return "\n".join(lines), notes, rounds
+                case.results.append(None)
+                continue
+            result = runner.measure(case, round_no)
+            case.results.append(result)
+            if result is None:
+                log(f"round {round_no} {case.name}: skipped ({case.skipped})")
+                continue
+            log(f"round {round_no} {case.name}: {result['rps']:,.0f} req/s, "
+                f"p50 {result['p50_us'] / 1000:.2f} ms, p99 {result['p99_us'] / 1000:.2f} ms, "
+                f"{fmt_cpu(result['cpu_us_per_req'])}")
+
+
+def fmt_cpu(cpu):
+    return "CPU µs/req " + ", ".join(
+        f"{name} {value:.1f}" for name, value in cpu.items() if value is not None
+    )
+
+
+def print_report(settings, cases, elapsed_s):
+    summaries = report.summarize_all(cases)
+    setup = (f"wrk -t{settings.threads} -c{settings.connections}, {settings.duration_s}s per "
+             f"run after {settings.warmup_s}s warm-up, median of {settings.rounds} interleaved "
+             f"rounds, {os.cpu_count()} CPUs")
+    print(f"\n{setup}; ratios are to nginx pass-through of the same round (median of the "
+          f"per-round ratios); {elapsed_s:.0f}s in all.\n")
+    print(report.main_table(cases, summaries))
+    print("\nCPU per request of the other processes in the same windows (Redis: the whole "
+          "server, whoever else uses it):\n")
+    print(report.cpu_table(cases, summaries))
+    print("\nGoals (medians over the rounds):\n")
+    print(report.goals_table(cases, summaries))
+    for note in report.skipped_notes(cases):
+        print(f"\n{note}")
+    print("\nPer round:\n" + "\n".join(report.per_round_lines(cases)))
+    os.makedirs(os.path.dirname(os.path.abspath(CHART)), exist_ok=True)
+    chart.write_svg(CHART, cases, summaries,
+                    "Throughput of each case relative to nginx pass-through", setup)
+    results = os.path.join(os.path.dirname(os.path.abspath(CHART)), "results.json")
+    report.write_json(results, settings, cases, summaries, elapsed_s)
+    print(f"\nChart: {CHART}\nEvery round's figures: {results}")
+
+
+def profile(runner, cases, args, settings):
+    """One run of one case, its server recorded by perf in the middle of the window."""
+    case = next((c for c in cases if c.name == args.profile), None)
+    if case is None:
+        raise RuntimeError(f"no case {args.profile}: {', '.join(c.name for c in cases)}")
+    if args.perf_seconds >= settings.duration_s:
+        raise RuntimeError(f"BENCH_DURATION ({settings.duration_s}s) must exceed "
+                           f"the {args.perf_seconds}s recorded")
+    processes, tmp = runner.fixtures.processes, runner.fixtures.tmp
+
+    def record(server, window_s):
+        time.sleep((window_s - args.perf_seconds) / 2)
+        argv = ["perf", "record", "-F", "999", *args.call_graph.split(), "-o", args.perf_data,
+                "-p", ",".join(map(str, server.pids)), "--", "sleep", str(args.perf_seconds)]
+        log(" ".join(argv))
+        errors_path = os.path.join(tmp, "perf.stderr")
+        with open(errors_path, "w") as errors:
+            perf = processes.start(argv, subprocess.DEVNULL, errors)
+        if perf.wait() != 0:
+            with open(errors_path) as errors:
+                raise RuntimeError(f"perf record failed: {errors.read().strip()}")
+        processes.forget(perf)
+
+    result = runner.measure(case, 1, during=record)
+    if result is None:
+        raise RuntimeError(f"{case.name}: {case.skipped}")
+    log(f"{case.name} under perf: {result['rps']:,.0f} req/s; {fmt_cpu(result['cpu_us_per_req'])}")
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", metavar="CASE", help="run one case once, under perf")
+    parser.add_argument("--perf-data", default="perf.data", help="perf record's output file")
+    parser.add_argument("--perf-seconds", type=int, default=5, help="how long perf records")
+    parser.add_argument("--call-graph", default="--call-graph dwarf,32768",
+                        help="perf record's call-graph flags")
+    return parser.parse_args()
 
 
 def main():
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    args = parse_args()
+    settings = Settings.from_env()
+    signal.signal(signal.SIGTERM, raise_interrupted)
+    signal.signal(signal.SIGINT, raise_interrupted)
     processes = Processes()
     tmp = tempfile.mkdtemp(prefix="idempotency-proxy-bench-")
-    cases = all_cases(tmp)
-    if ONLY:
-        cases = [c for c in cases if c.name in ONLY or c.name == "nginx"]
     started = time.monotonic()
     try:
-        if not os.access(PROXY_BIN, os.X_OK):
-            raise RuntimeError(f"no proxy binary at {PROXY_BIN}: run cargo build --release")
-        have_redis = redis_available()
-        bench = Bench(tmp, processes)
-        bench.start_fixtures()
-        log(f"{ROUNDS} rounds of {len(cases)} cases, {DURATION}s each after {WARMUP}s warm-up, "
-            f"wrk -t{THREADS} -c{CONNECTIONS}; files in {tmp}")
-        for round_no in range(1, ROUNDS + 1):
-            for case in cases:
-                if case.skipped or (case.store.startswith("redis") and not have_redis):
-                    case.skipped = case.skipped or f"no Redis at {REDIS_URL}"
-                    case.results.append(None)
-                    continue
-                result = bench.measure(case, round_no)
-                case.results.append(result)
-                if result:
-                    rps = result["requests"] / (result["duration_us"] / 1e6)
-                    log(f"round {round_no} {case.name}: {rps:,.0f} req/s, "
-                        f"p50 {result['p50_us'] / 1000:.2f} ms, p99 {result['p99_us'] / 1000:.2f} ms")
-                else:
-                    log(f"round {round_no} {case.name}: skipped ({case.skipped})")
-                # nginx's access log is there to be written, not kept.
-                open(os.path.join(tmp, "nginx.access.log"), "w").close()
-        table, notes, rounds = report(cases)
-        print()
-        print(f"wrk -t{THREADS} -c{CONNECTIONS}, {DURATION}s per run after {WARMUP}s warm-up, "
-              f"median of {ROUNDS} interleaved rounds; ratios are to nginx pass-through of the "
-              f"same round (median of the per-round ratios). {os.cpu_count()} CPUs, "
-              f"{time.monotonic() - started:.0f}s in all.")
-        print()
-        print(table)
-        reasons = {}
-        for label, why in notes:
-            reasons.setdefault(why, []).append(label)
-        for why, labels in reasons.items():
-            print(f"\nSkipped ({', '.join(labels)}): {why}")
-        print("\nPer round:\n" + "\n".join(rounds))
+        cases = chosen_cases(settings)
+        fixtures = Fixtures(tmp, processes, proxy_binaries(settings))
+        have_redis = redis_available(settings.redis_url)
+        redis_pid = redis_server_pid(settings.redis_url) if have_redis else None
+        upstream = fixtures.start_upstream()
+        log(f"upstream (nginx, 1 worker) on 127.0.0.1:{upstream.port}; Redis PID {redis_pid}")
+        runner = Runner(settings, fixtures, redis_pid, f"{os.getpid()}-{int(time.time())}")
+        if args.profile:
+            profile(runner, cases, args, settings)
+            return 0
+        log(f"{settings.rounds} rounds of {len(cases)} cases, {settings.duration_s}s each after "
+            f"{settings.warmup_s}s warm-up, wrk -t{settings.threads} -c{settings.connections}; "
+            f"files in {tmp}")
+        run_rounds(runner, cases, settings, have_redis)
+        print_report(settings, cases, time.monotonic() - started)
         return 0
     except Interrupted as e:
         log(f"interrupted ({e}); stopping everything")

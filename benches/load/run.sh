@@ -3,11 +3,15 @@
 #
 #   benches/load/run.sh
 #
-# Installs nginx and wrk from Debian's packages if missing, builds the proxy in release mode,
-# then runs driver.py, which prints one markdown table. Knobs (environment):
-#   BENCH_DURATION=10  BENCH_WARMUP=2  BENCH_ROUNDS=3  BENCH_CONNECTIONS=64  BENCH_THREADS=2
+# Installs nginx and wrk from Debian's packages if missing, builds the proxy in release mode
+# (unless BENCH_PROXY_BIN names a binary), then runs driver.py, which prints the tables and the
+# goals, and writes a chart and every round's figures. Knobs (environment):
+#   BENCH_DURATION=10  BENCH_WARMUP=2  BENCH_ROUNDS=5  BENCH_CONNECTIONS=64  BENCH_THREADS=2
 #   BENCH_REDIS_URL=redis://127.0.0.1:6379/11  BENCH_REPLAY_KEYS=16
 #   BENCH_CASES=ours-keyed-memory,...  (a subset; nginx pass-through always runs)
+#   BENCH_PROXY_BIN=path  (default target/release/idempotency-proxy)
+#   BENCH_PROXY_BIN_B=path  (a second build: every case of ours also runs as "<case> (B)")
+#   BENCH_CHART=benches/load/results/chart.svg  (results.json is written next to it)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -23,7 +27,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 export PATH="$PATH:/usr/sbin"
 
-echo "[bench] cargo build --release" >&2
-(cd "$root" && cargo build --release --quiet)
+if [ -z "${BENCH_PROXY_BIN:-}" ]; then
+    echo "[bench] cargo build --release" >&2
+    (cd "$root" && cargo build --release --quiet)
+fi
 
-exec python3 "$here/driver.py" "$@"
+exec python3 -B "$here/driver.py" "$@"

@@ -1,0 +1,147 @@
+"""How each kind of server under test is started, and the upstream they all share.
+
+A case names one of these specs; `start` brings a fresh server up on a free loopback port for one
+run and returns it as `Running`: where it listens, which processes' CPU time is its own, and how
+to stop it. Config templates live next to this file; `@NAME@` placeholders in them are filled in
+(`@PREFIX@` is the run's scratch directory, `@UPSTREAM_PORT@` the shared upstream's port).
+"""
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from procs import free_port, wait_ready, with_children
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class NotStarted(Exception):
+    """The server under test did not come up; the case is reported as skipped, with this reason."""
+
+
+@dataclass
+class Running:
+    port: int
+    pids: list  # the processes whose CPU time is the server's own
+    rss_pid: Optional[int] = None  # the process whose peak RSS is reported
+    stop: Callable[[], None] = field(default=lambda: None)
+    scheme: str = "http"
+
+
+@dataclass
+class Fixtures:
+    """What every run shares: the scratch directory, the started processes, the upstream."""
+
+    tmp: str
+    processes: object  # procs.Processes
+    proxy_bins: dict  # "A" (and "B" when comparing two builds) -> path of a proxy binary
+    upstream: Optional[Running] = None
+
+    def render(self, template, name, **values):
+        with open(os.path.join(HERE, template)) as f:
+            text = f.read()
+        values.update(PREFIX=self.tmp, NAME=name)
+        if self.upstream is not None:
+            values.setdefault("UPSTREAM_PORT", self.upstream.port)
+        for key, value in values.items():
+            text = text.replace(f"@{key}@", str(value))
+        path = os.path.join(self.tmp, f"{name}.{template}")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def start_nginx(self, template, name, port):
+        conf = self.render(template, name, PORT=port)
+        errors = open(os.path.join(self.tmp, f"{name}.stderr"), "w")
+        argv = ["nginx", "-p", self.tmp, "-c", conf, "-e", f"{self.tmp}/{name}.error.log",
+                "-g", "daemon off;"]
+        process = self.processes.start(argv, subprocess.DEVNULL, errors)
+        errors.close()
+        if not wait_ready(port, process, name):
+            raise RuntimeError(f"{name} exited: see {self.tmp}/{name}.stderr")
+        return process
+
+    def start_upstream(self):
+        port = free_port()
+        process = self.start_nginx("upstream.nginx.conf", "upstream", port)
+        # Kept for the whole run: stopping it is the driver's last step, not a case's.
+        self.upstream = Running(port, with_children(process.pid))
+        return self.upstream
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """The shared upstream itself, reached directly: what no proxy in front of it can beat."""
+
+    def start(self, fixtures, name):
+        return fixtures.upstream
+
+
+@dataclass(frozen=True)
+class Nginx:
+    """An nginx of its own for the run, from a config template (pass-through by default)."""
+
+    template: str = "passthrough.nginx.conf"
+
+    def start(self, fixtures, name):
+        port = free_port()
+        process = fixtures.start_nginx(self.template, name, port)
+
+        def stop():
+            fixtures.processes.stop(process)
+            # The access log is there to be written, as the proxy writes its log, not kept.
+            _remove(os.path.join(fixtures.tmp, f"{name}.access.log"))
+
+        return Running(port, with_children(process.pid), None, stop)
+
+
+@dataclass(frozen=True)
+class Proxy:
+    """The proxy with one store; more flags, or a config template given as `--config`."""
+
+    store: str  # --store; "@PREFIX@" stands for the run's scratch directory
+    args: tuple = ()
+    config: Optional[str] = None
+    build: str = "A"  # which of the proxy binaries
+
+    def start(self, fixtures, name):
+        port = free_port()
+        store = self.store.replace("@PREFIX@", fixtures.tmp)
+        argv = [fixtures.proxy_bins[self.build], "--listen", f"127.0.0.1:{port}",
+                "--upstream", f"http://127.0.0.1:{fixtures.upstream.port}", "--store", store,
+                *self.args]
+        if self.config is not None:
+            argv += ["--config", fixtures.render(self.config, name, PORT=port)]
+        stderr_path = os.path.join(fixtures.tmp, f"{name}.stderr")
+        with open(stderr_path, "w") as stderr:
+            process = fixtures.processes.start(argv, subprocess.DEVNULL, stderr)
+        if not wait_ready(port, process, "the proxy"):
+            fixtures.processes.forget(process)
+            why = _last_line(stderr_path) or f"exit status {process.returncode}"
+            raise NotStarted(f"{argv[0]} did not start with --store {store}: {why}")
+
+        def stop():
+            fixtures.processes.stop(process)
+            _remove(stderr_path)  # its request log: as large as the run was long
+            if store.startswith("file:"):
+                _remove(store[len("file:"):])
+
+        return Running(port, [process.pid], process.pid, stop)
+
+    @property
+    def uses_redis(self):
+        return self.store.startswith("redis")
+
+
+def _remove(path):
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def _last_line(path):
+    with open(path) as f:
+        lines = [line.strip() for line in f if line.strip()]
+    return lines[-1] if lines else ""
