@@ -1,9 +1,14 @@
 //! Accepting connections: HTTP/1.1 and h2c on one listener within the configured [`Limits`],
 //! ambiguously framed requests refused, and a graceful drain on shutdown.
 
+mod closing;
+mod opening;
+mod streams;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,20 +18,26 @@ use hyper::body::Incoming;
 use hyper::Request;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::error::ProxyError;
 use crate::framing::{self, FramingGuard, Verdicts};
 use crate::router::Router;
 use crate::units::ByteSize;
 use crate::upstream::ClientAddr;
+use closing::Closing;
+use opening::{opening, Protocol};
+use streams::{CountedBody, OpenStreams};
 
 /// What one client may cost the proxy (SPEC section 8, top-level keys).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// A client that has not sent a whole request head by then is disconnected.
+    /// A client that has not sent a whole request head by then is disconnected; so is an
+    /// HTTP/2 connection with no request in progress for that long.
     pub header_read_timeout: Duration,
     /// The largest request head (HTTP/1) or header list (HTTP/2); larger gets `431`.
     pub max_header_bytes: ByteSize,
@@ -58,9 +69,13 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
     drain_timeout: Duration,
 ) {
-    let builder = builder(&limits);
+    let serving = Serving {
+        builder: builder(&limits),
+        router,
+        draining: CancellationToken::new(),
+        connections: TaskTracker::new(),
+    };
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
         // Waiting for a slot before accepting leaves further clients in the listen backlog,
@@ -69,31 +84,63 @@ pub async fn run(
             slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
             () = &mut shutdown => break,
         };
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let connection = Connection { stream, peer, slot, limits };
-                    serve_connection(&builder, &graceful, connection, router.clone());
-                }
-                // Running out of file descriptors must not spin the loop.
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
+        };
+        match accepted {
+            Ok((stream, peer)) => serving.spawn(Connection {
+                stream,
+                peer,
+                slot,
+                limits,
+            }),
+            // Running out of file descriptors must not spin the loop.
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
     }
     drop(listener);
-    tracing::info!("draining open connections");
-    if tokio::time::timeout(drain_timeout, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            ?drain_timeout,
-            "drain timed out; closing the remaining connections"
+    serving.drain(drain_timeout).await;
+}
+
+/// What every accepted connection is served with, and the connections being served.
+struct Serving {
+    builder: auto::Builder<TokioExecutor>,
+    router: Router,
+    draining: CancellationToken,
+    connections: TaskTracker,
+}
+
+impl Serving {
+    fn spawn(&self, connection: Connection) {
+        let served = serve_connection(
+            self.builder.clone(),
+            self.draining.clone(),
+            connection,
+            self.router.clone(),
         );
+        self.connections.spawn(served);
+    }
+
+    /// Asks every connection to close once its requests in progress are answered, and waits
+    /// for them, at most `drain_timeout`. A client still sending its first bytes is waited for
+    /// too (at most the header read time-out): its request may be on its way.
+    async fn drain(self, drain_timeout: Duration) {
+        tracing::info!("draining open connections");
+        self.draining.cancel();
+        self.connections.close();
+        if tokio::time::timeout(drain_timeout, self.connections.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?drain_timeout,
+                "drain timed out; closing the remaining connections"
+            );
+        }
     }
 }
 
@@ -123,39 +170,38 @@ struct Connection {
     limits: Limits,
 }
 
-fn serve_connection(
-    builder: &auto::Builder<TokioExecutor>,
-    graceful: &GracefulShutdown,
+/// Serves one accepted client until it is gone (or dropped), then frees its slot.
+async fn serve_connection(
+    builder: auto::Builder<TokioExecutor>,
+    draining: CancellationToken,
     connection: Connection,
     router: Router,
 ) {
     let Connection {
         stream,
         peer,
-        slot,
+        slot: _slot,
         limits,
     } = connection;
+    let accepted = Instant::now();
     let _ = stream.set_nodelay(true);
+    let Some(protocol) = opening(&stream, limits.header_read_timeout).await else {
+        tracing::debug!(%peer, "no request within the header read time-out");
+        return;
+    };
     let verdicts = Verdicts::new();
-    let service = connection_service(router, peer, verdicts.clone());
+    let streams = OpenStreams::new();
+    let closing = Closing {
+        draining,
+        streams: streams.watch(),
+        idle: (protocol == Protocol::Http2).then_some((limits.header_read_timeout, accepted)),
+    };
+    let service = connection_service(router, peer, verdicts.clone(), streams);
     let io = FramingGuard::new(stream, limits.max_header_bytes.as_usize(), verdicts);
-    let builder = builder.clone();
-    // Taken now, so a drain also waits for a client still sending its first bytes (at most
-    // the header read time-out).
-    let watcher = graceful.watcher();
-    tokio::spawn(async move {
-        let _slot = slot;
-        if !request_started(io.get_ref(), limits.header_read_timeout).await {
-            tracing::debug!(%peer, "no request within the header read time-out");
-            return;
-        }
-        let connection = builder
-            .serve_connection(TokioIo::new(io), service)
-            .into_owned();
-        if let Err(e) = watcher.watch(connection).await {
-            tracing::debug!(error = %e, %peer, "connection ended with an error");
-        }
-    });
+    let connection = pin!(builder.serve_connection(TokioIo::new(io), service));
+    if let Some(Err(e)) = closing::drive(connection, |c| c.graceful_shutdown(), closing).await {
+        tracing::debug!(error = %e, %peer, "connection ended with an error");
+    }
 }
 
 /// What serves one connection's requests: refuses those whose framing is ambiguous, routes
@@ -164,46 +210,29 @@ fn connection_service(
     router: Router,
     peer: SocketAddr,
     verdicts: Arc<Verdicts>,
+    streams: OpenStreams,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
-    Response = Response<Body>,
+    Response = Response<CountedBody<Body>>,
     Error = Infallible,
     Future: Send + 'static,
 > + Send
        + 'static {
     hyper::service::service_fn(move |mut request: Request<Incoming>| {
+        let stream = streams.open();
         request.extensions_mut().insert(ClientAddr(peer));
         let refusal = verdicts
             .next_request()
             .or_else(|| framing::check_headers(request.headers()).err());
         let router = router.clone();
         async move {
-            match refusal {
-                Some(reason) => Ok(refuse(&router, reason, request.version(), peer)),
-                None => router.handle(request).await,
-            }
+            let response = match refusal {
+                Some(reason) => refuse(&router, reason, request.version(), peer),
+                None => router.handle(request).await?,
+            };
+            Ok(response.map(|body| CountedBody::new(body, stream)))
         }
     })
-}
-
-/// Waits, at most `timeout`, until the client has sent enough to tell HTTP/1 from HTTP/2 (or has
-/// closed). hyper-util reads those bytes with no time-out of its own, and hyper's header
-/// time-out starts only after them: without this a client that connects and stays silent would
-/// hold its connection slot for ever.
-async fn request_started(stream: &TcpStream, timeout: Duration) -> bool {
-    const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    let decided = async {
-        let mut seen = [0u8; 24];
-        loop {
-            let n = stream.peek(&mut seen).await?;
-            if n == 0 || n == seen.len() || seen[..n] != H2_PREFACE[..n] {
-                return Ok::<_, std::io::Error>(());
-            }
-            // A prefix of the HTTP/2 preface: the rest is on its way.
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    };
-    matches!(tokio::time::timeout(timeout, decided).await, Ok(Ok(())))
 }
 
 /// The answer to an ambiguously framed request; on HTTP/1 the connection is closed after it,
