@@ -37,7 +37,8 @@ use streams::{CountedBody, OpenStreams};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// A client that has not sent a whole request head by then is disconnected; so is an
-    /// HTTP/2 connection with no request in progress for that long.
+    /// HTTP/2 connection with no request in progress for that long, and an HTTP/2 peer that
+    /// leaves a PING unanswered for that long.
     pub header_read_timeout: Duration,
     /// The largest request head (HTTP/1) or header list (HTTP/2); larger gets `431`.
     pub max_header_bytes: ByteSize,
@@ -156,8 +157,14 @@ fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
                 .max(Limits::MIN_HEADER_BYTES)
                 .as_usize(),
         );
+    // A peer that leaves a PING unanswered that long is gone: without this a dead peer with a
+    // request in progress (an answer waiting for a flow-control window that never opens) would
+    // hold its connection slot for ever.
     builder
         .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(limits.header_read_timeout)
+        .keep_alive_timeout(limits.header_read_timeout)
         .max_header_list_size(u32::try_from(limits.max_header_bytes.as_u64()).unwrap_or(u32::MAX));
     builder
 }

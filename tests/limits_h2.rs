@@ -1,6 +1,6 @@
 //! The limits for HTTP/2 clients (h2c): silent, idle and stalled connections are closed after
-//! the header read time-out and free their slots, a slow request is answered, and a drain does
-//! not wait for a silent peer.
+//! the header read time-out and free their slots, a slow request is answered, a drain does not
+//! wait for a silent peer, and a peer that stops answering PINGs is dropped.
 //!
 //! Misbehaving clients write their frames by hand and answer nothing the proxy sends; a
 //! well-behaved client is hyper's own.
@@ -25,8 +25,10 @@ use tokio::time::timeout;
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const HEADERS: u8 = 0x1;
 const SETTINGS: u8 = 0x4;
+const PING: u8 = 0x6;
 const GOAWAY: u8 = 0x7;
 const END_STREAM: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
 
 /// Long enough to tell "closed by the time-out" from "never closed".
 const PATIENCE: Duration = Duration::from_secs(6);
@@ -241,4 +243,24 @@ async fn a_drain_lets_an_open_h2_stream_finish() {
     proxy.shutdown().await;
     assert_eq!(slow.await.unwrap(), 201);
     assert!(timeout(PATIENCE, connection).await.unwrap().unwrap());
+}
+
+#[tokio::test]
+async fn an_h2_peer_that_stops_answering_pings_is_dropped_mid_request() {
+    let upstream = TestUpstream::start().await;
+    let proxy = proxy(&upstream, "header_read_timeout = \"1s\"").await;
+    let request = frame(
+        HEADERS,
+        END_STREAM | END_HEADERS,
+        1,
+        &get_block("/slow?delay_ms=4000"),
+    );
+    let mut peer = SilentPeer::connect(&proxy, &[request]).await;
+    let frames = peer.frames_until_closed().await;
+    assert!(frames.contains(&(PING, 0)), "{frames:?}");
+    assert!(
+        !frames.iter().any(|f| f.0 == HEADERS),
+        "answered: {frames:?}"
+    );
+    assert_eq!(upstream.seen().len(), 1);
 }
