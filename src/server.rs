@@ -29,7 +29,7 @@ use crate::framing::{self, FramingGuard, Verdicts};
 use crate::router::Router;
 use crate::units::ByteSize;
 use crate::upstream::ClientAddr;
-use closing::Closing;
+use closing::{Closing, IdleLimit};
 use opening::{opening, Protocol};
 use streams::{CountedBody, OpenStreams};
 
@@ -197,12 +197,13 @@ async fn serve_connection(
         return;
     };
     let verdicts = Verdicts::new();
-    let streams = OpenStreams::new();
-    let closing = Closing {
-        draining,
+    let streams = (protocol == Protocol::Http2).then(OpenStreams::new);
+    let idle = streams.as_ref().map(|streams| IdleLimit {
         streams: streams.watch(),
-        idle: (protocol == Protocol::Http2).then_some((limits.header_read_timeout, accepted)),
-    };
+        timeout: limits.header_read_timeout,
+        since: accepted,
+    });
+    let closing = Closing { draining, idle };
     let service = connection_service(router, peer, verdicts.clone(), streams);
     let io = FramingGuard::new(stream, limits.max_header_bytes.as_usize(), verdicts);
     let connection = pin!(builder.serve_connection(TokioIo::new(io), service));
@@ -217,7 +218,7 @@ fn connection_service(
     router: Router,
     peer: SocketAddr,
     verdicts: Arc<Verdicts>,
-    streams: OpenStreams,
+    streams: Option<OpenStreams>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = Response<CountedBody<Body>>,
@@ -226,7 +227,7 @@ fn connection_service(
 > + Send
        + 'static {
     hyper::service::service_fn(move |mut request: Request<Incoming>| {
-        let stream = streams.open();
+        let stream = streams.as_ref().map(OpenStreams::open);
         request.extensions_mut().insert(ClientAddr(peer));
         let refusal = verdicts
             .next_request()

@@ -22,11 +22,17 @@ use tokio_util::sync::CancellationToken;
 pub(super) struct Closing {
     /// Cancelled when the server drains.
     pub draining: CancellationToken,
+    /// For HTTP/2 only.
+    pub idle: Option<IdleLimit>,
+}
+
+/// How long an HTTP/2 connection may have no request in progress.
+pub(super) struct IdleLimit {
     /// The connection's requests in progress ([`super::streams::OpenStreams`]).
     pub streams: watch::Receiver<usize>,
-    /// For HTTP/2: how long a connection may have no request in progress, counted from when it
-    /// was accepted.
-    pub idle: Option<(Duration, Instant)>,
+    pub timeout: Duration,
+    /// When the connection was accepted: the first idle period counts from there.
+    pub since: Instant,
 }
 
 /// What happened to a connection that was not its end.
@@ -54,17 +60,13 @@ pub(super) async fn drive<C: Future>(
     close: impl Fn(Pin<&mut C>),
     closing: Closing,
 ) -> Option<C::Output> {
-    let Closing {
-        draining,
-        mut streams,
-        idle,
-    } = closing;
+    let Closing { draining, mut idle } = closing;
     let mut asked = false;
     loop {
         let event = tokio::select! {
             output = connection.as_mut() => return Some(output),
             () = draining.cancelled(), if !asked => Event::Drain,
-            event = next_quiet(&mut streams, idle, asked) => event,
+            event = next_quiet(idle.as_mut(), asked) => event,
         };
         match event {
             Event::Drain => {}
@@ -83,19 +85,16 @@ pub(super) async fn drive<C: Future>(
 
 /// What the count of requests in progress tells next, for HTTP/2: that the connection has been
 /// idle too long or, once it was asked to close, that its peer is not closing it.
-async fn next_quiet(
-    streams: &mut watch::Receiver<usize>,
-    idle: Option<(Duration, Instant)>,
-    asked: bool,
-) -> Event {
-    let Some((timeout, since)) = idle else {
+async fn next_quiet(idle: Option<&mut IdleLimit>, asked: bool) -> Event {
+    let Some(idle) = idle else {
         return pending().await;
     };
     if asked {
-        quiet_for(streams, grace(timeout), Instant::now()).await;
+        let grace = grace(idle.timeout);
+        quiet_for(&mut idle.streams, grace, Instant::now()).await;
         Event::Unresponsive
     } else {
-        quiet_for(streams, timeout, since).await;
+        quiet_for(&mut idle.streams, idle.timeout, idle.since).await;
         Event::Idle
     }
 }
@@ -161,10 +160,14 @@ mod tests {
             asked_at: None,
             cooperates,
         };
+        let idle = IdleLimit {
+            streams: streams.watch(),
+            timeout: TIMEOUT,
+            since: Instant::now(),
+        };
         let closing = Closing {
             draining,
-            streams: streams.watch(),
-            idle: http2.then(|| (TIMEOUT, Instant::now())),
+            idle: http2.then_some(idle),
         };
         let close = |c: Pin<&mut Connection>| c.get_mut().asked_at = Some(Instant::now());
         let ended = drive(Pin::new(&mut connection), close, closing).await;

@@ -1,7 +1,8 @@
-//! How many requests a connection has in progress, so an HTTP/2 connection can be told idle.
+//! How many requests an HTTP/2 connection has in progress, so it can be told idle.
 //!
 //! hyper does not say how many streams an HTTP/2 connection has open, so the service counts
-//! them: a request is in progress from the moment hyper hands it to the service until its
+//! them (on HTTP/2 only: HTTP/1 has hyper's own header read time-out, and its requests pay
+//! nothing for this): a request is in progress from the moment hyper hands it to the service until its
 //! answer has been sent (hyper drops the response body then) or the client reset the stream
 //! (hyper drops the service's future or the body).
 
@@ -48,11 +49,11 @@ impl Drop for StreamGuard {
 #[derive(Debug)]
 pub(super) struct CountedBody<B> {
     body: B,
-    _stream: StreamGuard,
+    _stream: Option<StreamGuard>,
 }
 
 impl<B> CountedBody<B> {
-    pub(super) fn new(body: B, stream: StreamGuard) -> Self {
+    pub(super) fn new(body: B, stream: Option<StreamGuard>) -> Self {
         Self {
             body,
             _stream: stream,
@@ -90,7 +91,7 @@ mod tests {
         let streams = OpenStreams::new();
         let watch = streams.watch();
         let first = streams.open();
-        let body = CountedBody::new(Full::new(bytes::Bytes::from("hi")), streams.open());
+        let body = CountedBody::new(Full::new(bytes::Bytes::from("hi")), Some(streams.open()));
         assert_eq!(*watch.borrow(), 2);
         drop(first);
         assert_eq!(*watch.borrow(), 1);
@@ -110,7 +111,7 @@ mod tests {
     #[tokio::test]
     async fn the_body_is_passed_through() {
         let streams = OpenStreams::new();
-        let body = CountedBody::new(Full::new(bytes::Bytes::from("hi")), streams.open());
+        let body = CountedBody::new(Full::new(bytes::Bytes::from("hi")), Some(streams.open()));
         assert_eq!(body.size_hint().exact(), Some(2));
         assert_eq!(body.collect().await.unwrap().to_bytes(), "hi");
         assert_eq!(*streams.watch().borrow(), 0);
