@@ -137,10 +137,6 @@ impl<IO> FramingGuard<IO> {
         }
     }
 
-    pub(crate) fn get_ref(&self) -> &IO {
-        &self.io
-    }
-
     fn feed(&mut self, mut data: &[u8]) {
         while !data.is_empty() {
             data = match self.state {

@@ -127,6 +127,13 @@ pub struct ProblemService<S> {
     base: Arc<ProblemBase>,
 }
 
+impl<S> ProblemService<S> {
+    /// The service whose problems are rendered.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
 impl<S, R> Service<R> for ProblemService<S>
 where
     S: Service<R, Response = Response<Body>>,

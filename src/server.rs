@@ -8,9 +8,14 @@
 //!   address and refuses an ambiguously framed one before anything routes or reads it;
 //! - the [`Router`], which hands the request to its route's stack.
 
+mod closing;
+mod opening;
+mod streams;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -21,18 +26,22 @@ use hyper::body::Incoming;
 use hyper::Request;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tower::{Layer, Service};
 
 use crate::config::Limits;
 use crate::error::ProxyError;
 use crate::framing::{self, FramingGuard, Verdicts};
-use crate::problem::ProblemLayer;
+use crate::problem::{ProblemLayer, ProblemService};
 use crate::router::{Router, RouterFuture};
 use crate::upstream::ClientAddr;
+use closing::{Closing, IdleLimit};
+use opening::{opening, Protocol};
+use streams::{CountedBody, OpenStreams};
 
 /// What the server serves: the routes, how problems are rendered, what a client may cost.
 #[derive(Debug, Clone)]
@@ -51,9 +60,13 @@ pub(crate) async fn run(
     drain_timeout: Duration,
 ) {
     let limits = app.limits;
-    let builder = builder(&limits);
+    let serving = Serving {
+        builder: builder(&limits),
+        app,
+        draining: CancellationToken::new(),
+        connections: TaskTracker::new(),
+    };
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
         // Waiting for a slot before accepting leaves further clients in the listen backlog,
@@ -62,31 +75,63 @@ pub(crate) async fn run(
             slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
             () = &mut shutdown => break,
         };
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let connection = Connection { stream, peer, slot, limits };
-                    serve_connection(&builder, &graceful, connection, &app);
-                }
-                // Running out of file descriptors must not spin the loop.
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
+        };
+        match accepted {
+            Ok((stream, peer)) => serving.spawn(Connection {
+                stream,
+                peer,
+                slot,
+                limits,
+            }),
+            // Running out of file descriptors must not spin the loop.
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
     }
     drop(listener);
-    tracing::info!("draining open connections");
-    if tokio::time::timeout(drain_timeout, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            ?drain_timeout,
-            "drain timed out; closing the remaining connections"
+    serving.drain(drain_timeout).await;
+}
+
+/// What every accepted connection is served with, and the connections being served.
+struct Serving {
+    builder: auto::Builder<TokioExecutor>,
+    app: App,
+    draining: CancellationToken,
+    connections: TaskTracker,
+}
+
+impl Serving {
+    fn spawn(&self, connection: Connection) {
+        let served = serve_connection(
+            self.builder.clone(),
+            self.draining.clone(),
+            connection,
+            &self.app,
         );
+        self.connections.spawn(served);
+    }
+
+    /// Asks every connection to close once its requests in progress are answered, and waits
+    /// for them, at most `drain_timeout`. A client still sending its first bytes is waited for
+    /// too (at most the header read time-out): its request may be on its way.
+    async fn drain(self, drain_timeout: Duration) {
+        tracing::info!("draining open connections");
+        self.draining.cancel();
+        self.connections.close();
+        if tokio::time::timeout(drain_timeout, self.connections.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?drain_timeout,
+                "drain timed out; closing the remaining connections"
+            );
+        }
     }
 }
 
@@ -102,8 +147,14 @@ fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
                 .max(Limits::MIN_HEADER_BYTES)
                 .as_usize(),
         );
+    // A peer that leaves a PING unanswered that long is gone: without this a dead peer with a
+    // request in progress (an answer waiting for a flow-control window that never opens) would
+    // hold its connection slot for ever.
     builder
         .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(limits.header_read_timeout)
+        .keep_alive_timeout(limits.header_read_timeout)
         .max_header_list_size(u32::try_from(limits.max_header_bytes.as_u64()).unwrap_or(u32::MAX));
     builder
 }
@@ -116,50 +167,84 @@ struct Connection {
     limits: Limits,
 }
 
+/// Serves one accepted client until it is gone (or dropped), then frees its slot.
 fn serve_connection(
-    builder: &auto::Builder<TokioExecutor>,
-    graceful: &GracefulShutdown,
+    builder: auto::Builder<TokioExecutor>,
+    draining: CancellationToken,
     connection: Connection,
     app: &App,
+) -> impl Future<Output = ()> + Send + 'static {
+    let guard = PerConnection {
+        router: app.router.clone(),
+        peer: connection.peer,
+        verdicts: Verdicts::new(),
+    };
+    let service = app.problems.layer(guard);
+    serve(builder, draining, connection, service)
+}
+
+async fn serve(
+    builder: auto::Builder<TokioExecutor>,
+    draining: CancellationToken,
+    connection: Connection,
+    service: ProblemService<PerConnection>,
 ) {
     let Connection {
         stream,
         peer,
-        slot,
+        slot: _slot,
         limits,
     } = connection;
+    let accepted = Instant::now();
     let _ = stream.set_nodelay(true);
-    let verdicts = Verdicts::new();
-    let guard = PerConnection {
-        router: app.router.clone(),
-        peer,
-        verdicts: verdicts.clone(),
+    let Some(protocol) = opening(&stream, limits.header_read_timeout).await else {
+        tracing::debug!(%peer, "no request within the header read time-out");
+        return;
     };
-    let service = TowerToHyperService::new(app.problems.layer(guard));
-    let io = FramingGuard::new(stream, limits.max_header_bytes.as_usize(), verdicts);
-    let builder = builder.clone();
-    // Taken now, so a drain also waits for a client still sending its first bytes (at most
-    // the header read time-out).
-    let watcher = graceful.watcher();
-    tokio::spawn(async move {
-        let _slot = slot;
-        if !request_started(io.get_ref(), limits.header_read_timeout).await {
-            tracing::debug!(%peer, "no request within the header read time-out");
-            return;
-        }
-        let connection = builder
-            .serve_connection(TokioIo::new(io), service)
-            .into_owned();
-        if let Err(e) = watcher.watch(connection).await {
-            tracing::debug!(error = %e, %peer, "connection ended with an error");
-        }
+    let verdicts = service.get_ref().verdicts.clone();
+    let streams = (protocol == Protocol::Http2).then(OpenStreams::new);
+    let idle = streams.as_ref().map(|streams| IdleLimit {
+        streams: streams.watch(),
+        timeout: limits.header_read_timeout,
+        since: accepted,
     });
+    let closing = Closing { draining, idle };
+    let service = connection_service(service, streams);
+    let io = FramingGuard::new(stream, limits.max_header_bytes.as_usize(), verdicts);
+    let connection = pin!(builder.serve_connection(TokioIo::new(io), service));
+    if let Some(Err(e)) =
+        closing::drive(connection, auto::Connection::graceful_shutdown, closing).await
+    {
+        tracing::debug!(error = %e, %peer, "connection ended with an error");
+    }
+}
+
+/// What serves one connection's requests: the app's stack, with HTTP/2 streams counted until
+/// their answers are sent, so an idle connection can be told from a busy one.
+fn connection_service(
+    service: ProblemService<PerConnection>,
+    streams: Option<OpenStreams>,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<CountedBody<Body>>,
+    Error = Infallible,
+    Future: Send + 'static,
+> + Send
+       + 'static {
+    hyper::service::service_fn(move |request: Request<Incoming>| {
+        let stream = streams.as_ref().map(OpenStreams::open);
+        let answer = service.clone().call(request);
+        async move {
+            let response = answer.await?;
+            Ok(response.map(|body| CountedBody::new(body, stream)))
+        }
+    })
 }
 
 /// What serves one connection's requests below the problem renderer: tags each with the
 /// client's address, refuses those whose framing is ambiguous, and routes the rest.
 #[derive(Clone)]
-struct PerConnection {
+pub(crate) struct PerConnection {
     router: Router,
     peer: SocketAddr,
     verdicts: Arc<Verdicts>,
@@ -185,26 +270,6 @@ impl Service<Request<Incoming>> for PerConnection {
             None => self.router.call(request),
         }
     }
-}
-
-/// Waits, at most `timeout`, until the client has sent enough to tell HTTP/1 from HTTP/2 (or has
-/// closed). hyper-util reads those bytes with no time-out of its own, and hyper's header
-/// time-out starts only after them: without this a client that connects and stays silent would
-/// hold its connection slot for ever.
-async fn request_started(stream: &TcpStream, timeout: Duration) -> bool {
-    const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    let decided = async {
-        let mut seen = [0u8; 24];
-        loop {
-            let n = stream.peek(&mut seen).await?;
-            if n == 0 || n == seen.len() || seen[..n] != H2_PREFACE[..n] {
-                return Ok::<_, std::io::Error>(());
-            }
-            // A prefix of the HTTP/2 preface: the rest is on its way.
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    };
-    matches!(tokio::time::timeout(timeout, decided).await, Ok(Ok(())))
 }
 
 /// The answer to an ambiguously framed request; on HTTP/1 the connection is closed after it,

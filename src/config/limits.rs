@@ -12,7 +12,9 @@ use crate::units::ByteSize;
 /// What one client may cost the proxy (SPEC section 8, top-level keys).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// A client that has not sent a whole request head by then is disconnected.
+    /// A client that has not sent a whole request head by then is disconnected; so is an
+    /// HTTP/2 connection with no request in progress for that long, and an HTTP/2 peer that
+    /// leaves a PING unanswered for that long.
     pub header_read_timeout: Duration,
     /// The largest request head (HTTP/1) or header list (HTTP/2); larger gets `431`.
     pub max_header_bytes: ByteSize,

@@ -1,0 +1,255 @@
+//! When a served connection is asked to close, and when it is dropped.
+//!
+//! hyper's header read time-out covers HTTP/1 only: an HTTP/2 connection has no time-out of its
+//! own, so a client could hold a connection slot for ever by opening one and sending nothing.
+//! Here an HTTP/2 connection that has had no request in progress for the header read time-out
+//! (since it was accepted, or since its last request ended) is closed the way a drain closes
+//! it: hyper's graceful shutdown, which sends a GOAWAY and a PING and closes once the PING is
+//! answered and the open streams are done. A peer that never answers that PING (a silent one,
+//! or one stalled in the middle of a header block, where no other frame may come) would hold the
+//! connection open regardless, so it is dropped once it has had no request in progress for a
+//! short grace after the GOAWAY. A request in progress is never cut by either.
+
+use std::future::{pending, Future};
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// What ends a connection besides its client.
+pub(super) struct Closing {
+    /// Cancelled when the server drains.
+    pub draining: CancellationToken,
+    /// For HTTP/2 only.
+    pub idle: Option<IdleLimit>,
+}
+
+/// How long an HTTP/2 connection may have no request in progress.
+pub(super) struct IdleLimit {
+    /// The connection's requests in progress ([`super::streams::OpenStreams`]).
+    pub streams: watch::Receiver<usize>,
+    pub timeout: Duration,
+    /// When the connection was accepted: the first idle period counts from there.
+    pub since: Instant,
+}
+
+/// What happened to a connection that was not its end.
+enum Event {
+    /// The server drains.
+    Drain,
+    /// An HTTP/2 connection has had no request in progress for the idle time-out.
+    Idle,
+    /// An HTTP/2 connection asked to close is still open after the grace.
+    Unresponsive,
+}
+
+/// How long a peer asked to close is given to answer the GOAWAY's PING, counted from the ask
+/// and again from the end of each request it still has in progress: a quarter of the idle
+/// time-out, at most 1 s (one round trip on any network that still works).
+pub(super) fn grace(idle_timeout: Duration) -> Duration {
+    (idle_timeout / 4).min(Duration::from_secs(1))
+}
+
+/// Drives `connection` to its end, calling `close` (its graceful shutdown) when the server
+/// drains or, for HTTP/2, when the connection has been idle too long. Returns what the
+/// connection ended with, or `None` when it was dropped because its peer did not close it.
+pub(super) async fn drive<C: Future>(
+    mut connection: Pin<&mut C>,
+    close: impl Fn(Pin<&mut C>),
+    closing: Closing,
+) -> Option<C::Output> {
+    let Closing { draining, mut idle } = closing;
+    let mut asked = false;
+    loop {
+        let event = tokio::select! {
+            output = connection.as_mut() => return Some(output),
+            () = draining.cancelled(), if !asked => Event::Drain,
+            event = next_quiet(idle.as_mut(), asked) => event,
+        };
+        match event {
+            Event::Drain => {}
+            Event::Idle => {
+                tracing::debug!("closing a connection idle for the header read time-out");
+            }
+            Event::Unresponsive => {
+                tracing::debug!("dropping a connection whose peer did not close it when asked");
+                return None;
+            }
+        }
+        close(connection.as_mut());
+        asked = true;
+    }
+}
+
+/// What the count of requests in progress tells next, for HTTP/2: that the connection has been
+/// idle too long or, once it was asked to close, that its peer is not closing it.
+async fn next_quiet(idle: Option<&mut IdleLimit>, asked: bool) -> Event {
+    let Some(idle) = idle else {
+        return pending().await;
+    };
+    if asked {
+        let grace = grace(idle.timeout);
+        quiet_for(&mut idle.streams, grace, Instant::now()).await;
+        Event::Unresponsive
+    } else {
+        quiet_for(&mut idle.streams, idle.timeout, idle.since).await;
+        Event::Idle
+    }
+}
+
+/// Resolves once no request has been in progress for `timeout`, counted from `since` or from the
+/// end of the last request, whichever is later.
+async fn quiet_for(streams: &mut watch::Receiver<usize>, timeout: Duration, mut since: Instant) {
+    loop {
+        let open = *streams.borrow_and_update();
+        let changed = if open == 0 {
+            match tokio::time::timeout_at(since + timeout, streams.changed()).await {
+                Err(_elapsed) => return,
+                Ok(changed) => changed,
+            }
+        } else {
+            streams.changed().await
+        };
+        // The count is gone with the connection's service, so the connection is ending anyway.
+        if changed.is_err() {
+            return pending().await;
+        }
+        since = Instant::now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::task::{Context, Poll};
+
+    use super::super::streams::OpenStreams;
+    use super::*;
+
+    const TIMEOUT: Duration = Duration::from_secs(1);
+
+    /// A connection that records when it was asked to close and, if its peer cooperates, ends
+    /// then.
+    struct Connection {
+        asked_at: Option<Instant>,
+        cooperates: bool,
+    }
+
+    impl Future for Connection {
+        type Output = ();
+
+        fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+            if self.cooperates && self.asked_at.is_some() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Drives a connection with the given peer, HTTP/2 if `http2`; returns when it was
+    /// asked to close, and whether it ended (rather than being dropped) and when.
+    async fn run(
+        cooperates: bool,
+        streams: &OpenStreams,
+        draining: CancellationToken,
+        http2: bool,
+    ) -> (Option<Instant>, Option<()>, Instant) {
+        let mut connection = Connection {
+            asked_at: None,
+            cooperates,
+        };
+        let idle = IdleLimit {
+            streams: streams.watch(),
+            timeout: TIMEOUT,
+            since: Instant::now(),
+        };
+        let closing = Closing {
+            draining,
+            idle: http2.then_some(idle),
+        };
+        let close = |c: Pin<&mut Connection>| c.get_mut().asked_at = Some(Instant::now());
+        let ended = drive(Pin::new(&mut connection), close, closing).await;
+        (connection.asked_at, ended, Instant::now())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_http2_connection_is_asked_to_close_after_the_timeout() {
+        let start = Instant::now();
+        let streams = OpenStreams::new();
+        let (asked, ended, _) = run(true, &streams, CancellationToken::new(), true).await;
+        assert_eq!(asked, Some(start + TIMEOUT));
+        assert_eq!(ended, Some(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_that_does_not_close_is_dropped_after_the_grace() {
+        let start = Instant::now();
+        let streams = OpenStreams::new();
+        let (asked, ended, at) = run(false, &streams, CancellationToken::new(), true).await;
+        assert_eq!(asked, Some(start + TIMEOUT));
+        assert_eq!(ended, None);
+        assert_eq!(at, start + TIMEOUT + grace(TIMEOUT));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_in_progress_is_never_cut_and_restarts_the_clock() {
+        let start = Instant::now();
+        let streams = OpenStreams::new();
+        let request = streams.open();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            drop(request);
+        });
+        let (asked, ended, at) = run(false, &streams, CancellationToken::new(), true).await;
+        let ended_at = start + Duration::from_secs(5);
+        assert_eq!(asked, Some(ended_at + TIMEOUT));
+        assert_eq!(ended, None);
+        assert_eq!(at, ended_at + TIMEOUT + grace(TIMEOUT));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_waits_for_the_requests_in_progress_then_the_grace() {
+        let start = Instant::now();
+        let streams = OpenStreams::new();
+        let request = streams.open();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            drop(request);
+        });
+        let draining = CancellationToken::new();
+        draining.cancel();
+        let (asked, ended, at) = run(false, &streams, draining, true).await;
+        assert_eq!(asked, Some(start));
+        assert_eq!(ended, None);
+        assert_eq!(at, start + Duration::from_secs(3) + grace(TIMEOUT));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn http1_is_asked_on_a_drain_only_and_never_dropped() {
+        let streams = OpenStreams::new();
+        let never = run(false, &streams, CancellationToken::new(), false);
+        assert!(tokio::time::timeout(Duration::from_secs(3600), never)
+            .await
+            .is_err());
+        let start = Instant::now();
+        let draining = CancellationToken::new();
+        draining.cancel();
+        let (asked, ended, _) = run(true, &streams, draining.clone(), false).await;
+        assert_eq!((asked, ended), (Some(start), Some(())));
+        let held = run(false, &streams, draining, false);
+        assert!(tokio::time::timeout(Duration::from_secs(3600), held)
+            .await
+            .is_err());
+    }
+
+    #[test]
+    fn the_grace_is_a_quarter_of_the_timeout_at_most_a_second() {
+        assert_eq!(
+            grace(Duration::from_millis(400)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(grace(Duration::from_secs(10)), Duration::from_secs(1));
+    }
+}
