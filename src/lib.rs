@@ -15,6 +15,7 @@ pub mod framing;
 pub mod fuzzing;
 mod headers;
 pub mod idempotency;
+pub mod jcs;
 pub mod proxy;
 pub mod router;
 pub mod secret;
