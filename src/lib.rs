@@ -19,6 +19,7 @@ mod framing;
 pub mod fuzzing;
 mod headers;
 pub mod idempotency;
+pub mod jcs;
 pub mod model;
 mod problem;
 mod proxy;
