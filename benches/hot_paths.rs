@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
-use idempotency_proxy::jcs::{self, JsonPointer};
+use idempotency_proxy::model::jcs::{self, JsonPointer};
 use idempotency_proxy::model::{
     CompletedRecord, FencingToken, Fingerprint, IdempotencyKey, Record, StoredBody,
 };

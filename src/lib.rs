@@ -19,7 +19,6 @@ mod framing;
 pub mod fuzzing;
 mod headers;
 pub mod idempotency;
-pub mod jcs;
 pub mod model;
 mod problem;
 mod proxy;

@@ -1,5 +1,6 @@
 //! The vocabulary the idempotency layer and the stores share: keys and their scope, request
-//! fingerprints, fencing tokens, and the records a store keeps, with their byte encoding.
+//! fingerprints (with [`jcs`], the JSON canonicalization behind `fingerprint_body = "json"`),
+//! fencing tokens, and the records a store keeps, with their byte encoding.
 //!
 //! It sits below both: the layer decides what a record should say, a store keeps it, and
 //! neither needs the other to know what a record is.
@@ -7,6 +8,7 @@
 mod clock;
 mod encoding;
 mod fingerprint;
+pub mod jcs;
 mod key;
 mod record;
 mod token;

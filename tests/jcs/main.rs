@@ -1,6 +1,6 @@
-//! RFC 8785 canonicalization ([`idempotency_proxy::jcs`]): the RFC's own examples and the
-//! reference implementation's test data, the ECMAScript number test sequence, JSON pointers,
-//! what is refused, and properties over generated documents.
+//! RFC 8785 canonicalization ([`idempotency_proxy::model::jcs`]): the RFC's own examples and
+//! the reference implementation's test data, the ECMAScript number test sequence, JSON
+//! pointers, what is refused, and properties over generated documents.
 
 mod numbers;
 mod pointers;
@@ -8,7 +8,7 @@ mod properties;
 mod refusals;
 mod vectors;
 
-use idempotency_proxy::jcs::{self, JsonPointer, NotIJson};
+use idempotency_proxy::model::jcs::{self, JsonPointer, NotIJson};
 
 /// The canonical form of `body` as text, with nothing ignored.
 fn canon(body: &str) -> Result<String, NotIJson> {

@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 
-use idempotency_proxy::jcs::{self, NotIJson};
+use idempotency_proxy::model::jcs::{self, NotIJson};
 
 /// Doubles whose ECMAScript form is known, so the expected canonical form can be written
 /// without the code under test.
