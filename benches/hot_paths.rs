@@ -1,6 +1,6 @@
 //! The per-request work of the idempotency layer that does not touch the network: key
-//! parsing, fingerprinting, encoding and decoding records, and canonicalizing JSON bodies for
-//! `fingerprint_body = "json"`.
+//! parsing, fingerprinting (bodies read as bytes and as JSON), encoding and decoding records,
+//! and canonicalizing JSON bodies for `fingerprint_body = "json"`.
 //!
 //! `cargo bench --bench hot_paths`
 
@@ -11,7 +11,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use idempotency_proxy::model::jcs::{self, JsonPointer};
 use idempotency_proxy::model::{
-    CompletedRecord, FencingToken, Fingerprint, IdempotencyKey, Record, StoredBody,
+    CompletedRecord, FencingToken, Fingerprint, FingerprintBody, IdempotencyKey, Record, StoredBody,
 };
 use sha2::{Digest, Sha256};
 
@@ -34,17 +34,30 @@ fn key_parsing(c: &mut Criterion) {
     group.finish();
 }
 
+/// The fingerprint of a keyed request, its body read as bytes and as JSON (with a member to
+/// ignore), beside the single digest records stored before part digests carry, which is what
+/// every request paid before.
 fn fingerprint(c: &mut Criterion) {
     let mut group = c.benchmark_group("fingerprint");
     let uri: Uri = "/v1/charges?expand=customer".parse().unwrap();
     let mut headers = HeaderMap::new();
     headers.insert("x-tenant", HeaderValue::from_static("acme"));
     let names = [HeaderName::from_static("x-tenant")];
+    let ignore = vec![JsonPointer::parse("/metadata/request_time").unwrap()];
+    let forms = [
+        ("bytes", FingerprintBody::Bytes),
+        ("json", FingerprintBody::Json { ignore }),
+    ];
     for size in [256usize, 16 * 1024] {
-        let body = vec![b'x'; size];
+        let body = json_body(size);
         group.throughput(Throughput::Bytes(size as u64));
-        group.bench_with_input(BenchmarkId::from_parameter(size), &body, |b, body| {
-            b.iter(|| Fingerprint::compute(&Method::POST, &uri, &headers, &names, body));
+        for (name, form) in &forms {
+            group.bench_with_input(BenchmarkId::new(*name, size), &body, |b, body| {
+                b.iter(|| Fingerprint::compute(&Method::POST, &uri, &headers, &names, body, form));
+            });
+        }
+        group.bench_with_input(BenchmarkId::new("unsplit", size), &body, |b, body| {
+            b.iter(|| Fingerprint::compute_unsplit(&Method::POST, &uri, &headers, &names, body));
         });
     }
     group.finish();

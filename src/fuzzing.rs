@@ -11,8 +11,8 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use crate::config::Overrides;
 use crate::idempotency::extract::key_from_body;
 use crate::model::{
-    CompletedRecord, FencingToken, Fingerprint, IdempotencyKey, InFlightRecord, Record, StoredBody,
-    MAX_KEY_LEN,
+    CompletedRecord, FencingToken, Fingerprint, IdempotencyKey, InFlightRecord, PartDigests,
+    Record, StoredBody, MAX_KEY_LEN,
 };
 
 /// The check a fuzz target runs on one input.
@@ -156,13 +156,15 @@ fn check_record_bytes(data: &[u8]) {
 pub fn record_roundtrip(data: &[u8]) {
     let mut input = Input(data);
     let token = FencingToken::from_u64(input.u64());
-    let mut fingerprint = [0u8; Fingerprint::LEN];
-    for b in &mut fingerprint {
-        *b = input.u8();
-    }
-    let fingerprint = Fingerprint::from_bytes(fingerprint);
+    let whole = input.array();
     let created_at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(input.u64());
-    let record = if input.u8() & 1 == 0 {
+    let shape = input.u8();
+    // Part digests only when bit 1 asks for them, so inputs without it read as they always did.
+    let fingerprint = match shape & 2 {
+        0 => Fingerprint::from_bytes(whole),
+        _ => Fingerprint::with_parts(whole, PartDigests::from_bytes(input.array())),
+    };
+    let record = if shape & 1 == 0 {
         Record::InFlight(InFlightRecord {
             fingerprint,
             token,
@@ -220,6 +222,10 @@ impl<'a> Input<'a> {
 
     fn u8(&mut self) -> u8 {
         self.bytes(1).first().copied().unwrap_or(0)
+    }
+
+    fn array<const N: usize>(&mut self) -> [u8; N] {
+        std::array::from_fn(|_| self.u8())
     }
 
     fn u16(&mut self) -> u16 {

@@ -111,6 +111,7 @@ fn keyed(policy: &Policy, parts: Parts, body: Bytes, key: IdempotencyKey) -> Key
         &parts.headers,
         &policy.fingerprint_headers,
         &body,
+        &policy.fingerprint_body,
     );
     KeyedRequest {
         parts,

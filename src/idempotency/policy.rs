@@ -9,7 +9,7 @@ use http::{HeaderName, Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use super::verify::Verifier;
-use crate::model::RouteName;
+use crate::model::{FingerprintBody, RouteName};
 use crate::units::ByteSize;
 
 /// Where the idempotency key is taken from. A route names exactly one source.
@@ -66,6 +66,9 @@ pub struct Policy {
     pub scope_header: Option<HeaderName>,
     /// Headers that are part of "the same request".
     pub fingerprint_headers: Vec<HeaderName>,
+    /// How the fingerprint reads the body: its bytes, or its canonical JSON without the
+    /// members to ignore (`fingerprint_body`, `fingerprint_ignore`).
+    pub fingerprint_body: FingerprintBody,
     /// How long a completed record is kept.
     pub ttl: Duration,
     /// How long an in-flight reservation lives without renewal.
@@ -103,6 +106,7 @@ impl Policy {
             require_key: false,
             scope_header: None,
             fingerprint_headers: Vec::new(),
+            fingerprint_body: FingerprintBody::Bytes,
             ttl: Duration::from_secs(24 * 60 * 60),
             lease: Duration::from_secs(30),
             concurrent: ConcurrentPolicy::Conflict,

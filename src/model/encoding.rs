@@ -1,10 +1,19 @@
 //! The compact binary encoding every store keeps records in.
 //!
-//! The encoding starts with a fixed header (`version`, `state`, fencing token) so that a store
-//! script can check "is this still the in-flight record of token T?" by comparing a prefix,
-//! without understanding the rest. Decoding is strict: a record that does not parse to the last
-//! byte, or that is not in the one form `encode` writes, is reported as corrupt, never
-//! half-replayed.
+//! The encoding starts with a fixed header (`version`, `state`, fencing token, the whole
+//! fingerprint, when it was made) so that a store script can check "is this still the in-flight
+//! record of token T?" by comparing a prefix, without understanding the rest. Decoding is
+//! strict: a record that does not parse to the last byte, or that is not in the one form
+//! `encode` writes, is reported as corrupt, never half-replayed.
+//!
+//! The fingerprint's part digests follow the header as a section of its own: the byte `0xFF`,
+//! then the four kept digests. Records written before part digests existed have no such section
+//! and decode with their parts unknown (and encode back to the same bytes). The section's first
+//! byte cannot be mistaken for what follows the header in such a record: an in-flight record
+//! ends with its header, and a completed one goes on with its status, whose first byte is at
+//! most `0x03`. The header itself is unchanged, version byte included, so the ten bytes the
+//! stores' fencing checks compare ([`FencingToken::in_flight_prefix`]) are the same for records
+//! with and without part digests, and no store had to change to keep them.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -12,11 +21,15 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use super::clock::unix_millis;
-use super::fingerprint::Fingerprint;
+use super::fingerprint::{Fingerprint, PartDigests};
 use super::record::{CompletedRecord, InFlightRecord, Record, StoredBody};
 use super::token::FencingToken;
 
 const VERSION: u8 = 1;
+/// Version, state, token, whole fingerprint, creation time.
+const HEADER_LEN: usize = 50;
+/// Starts the section holding the fingerprint's part digests.
+const PART_DIGESTS: u8 = 0xFF;
 const STATE_IN_FLIGHT: u8 = 0;
 const STATE_COMPLETED: u8 = 1;
 const BODY_KEPT: u8 = 0;
@@ -62,16 +75,16 @@ impl Record {
     /// Decodes a record; the body of a completed record shares `bytes` rather than copying.
     pub fn decode(bytes: Bytes) -> Result<Self, RecordError> {
         let mut buf = bytes;
-        need(&buf, 50)?;
+        need(&buf, HEADER_LEN)?;
         if buf.get_u8() != VERSION {
             return Err(RecordError("unknown version"));
         }
         let state = buf.get_u8();
         let token = FencingToken::from_u64(buf.get_u64());
-        let mut fingerprint = [0u8; Fingerprint::LEN];
-        buf.copy_to_slice(&mut fingerprint);
-        let fingerprint = Fingerprint::from_bytes(fingerprint);
+        let mut whole = [0u8; Fingerprint::LEN];
+        buf.copy_to_slice(&mut whole);
         let created_at = UNIX_EPOCH + Duration::from_millis(buf.get_u64());
+        let fingerprint = decode_part_digests(&mut buf, whole)?;
         match state {
             STATE_IN_FLIGHT if buf.is_empty() => Ok(Record::InFlight(InFlightRecord {
                 fingerprint,
@@ -93,13 +106,34 @@ fn encode_header(
     at: SystemTime,
     extra: usize,
 ) -> BytesMut {
-    let mut buf = BytesMut::with_capacity(50 + extra);
+    let parts_len = fp.parts().map_or(0, |_| 1 + PartDigests::STORED_LEN);
+    let mut buf = BytesMut::with_capacity(HEADER_LEN + parts_len + extra);
     buf.put_u8(VERSION);
     buf.put_u8(state);
     buf.put_u64(token.as_u64());
     buf.put_slice(fp.as_bytes());
     buf.put_u64(unix_millis(at));
+    if let Some(parts) = fp.parts() {
+        buf.put_u8(PART_DIGESTS);
+        buf.put_slice(&parts.to_bytes());
+    }
     buf
+}
+
+/// The fingerprint whose whole digest the header held, with the part-digest section that may
+/// follow it.
+fn decode_part_digests(buf: &mut Bytes, whole: [u8; 32]) -> Result<Fingerprint, RecordError> {
+    if buf.first() != Some(&PART_DIGESTS) {
+        return Ok(Fingerprint::from_bytes(whole));
+    }
+    buf.advance(1);
+    need(buf, PartDigests::STORED_LEN)?;
+    let mut parts = [0u8; PartDigests::STORED_LEN];
+    buf.copy_to_slice(&mut parts);
+    Ok(Fingerprint::with_parts(
+        whole,
+        PartDigests::from_bytes(parts),
+    ))
 }
 
 fn encode_completed(r: &CompletedRecord) -> Bytes {
@@ -341,6 +375,62 @@ mod tests {
             Record::decode(encode(&[("x-a", "1"), ("x-b", "3"), ("x-a", "2")])),
             Err(RecordError("header values not together"))
         );
+    }
+
+    /// A record as the encoder wrote it before part digests existed, field by field: token 42,
+    /// fingerprint `[7; 32]`, then `rest`.
+    fn stored_before_part_digests(state: u8, rest: &[u8]) -> Bytes {
+        let mut raw = vec![1, state];
+        raw.extend_from_slice(&42u64.to_be_bytes());
+        raw.extend_from_slice(&[7; 32]);
+        raw.extend_from_slice(&1_700_000_000_123u64.to_be_bytes());
+        raw.extend_from_slice(rest);
+        Bytes::from(raw)
+    }
+
+    #[test]
+    fn records_stored_before_part_digests_decode_with_their_parts_unknown() {
+        let in_flight = stored_before_part_digests(STATE_IN_FLIGHT, &[]);
+        // Status 201, no headers, a kept body of two bytes.
+        let completed = stored_before_part_digests(
+            STATE_COMPLETED,
+            &[0, 201, 0, 0, BODY_KEPT, 0, 0, 0, 2, b'o', b'k'],
+        );
+        for raw in [in_flight, completed] {
+            let record = Record::decode(raw.clone()).unwrap();
+            assert_eq!(record.fingerprint(), &Fingerprint::from_bytes([7; 32]));
+            assert!(record.fingerprint().parts().is_none());
+            assert_eq!(record.encode(), raw, "encodes back to the same bytes");
+        }
+    }
+
+    fn with_parts() -> Fingerprint {
+        let parts: [u8; PartDigests::STORED_LEN] = std::array::from_fn(|i| i as u8);
+        Fingerprint::with_parts([7; 32], PartDigests::from_bytes(parts))
+    }
+
+    #[test]
+    fn part_digests_follow_the_header_and_leave_the_fencing_prefix_alone() {
+        let token = FencingToken::from_u64(0xDEAD_BEEF);
+        let in_flight = Record::InFlight(InFlightRecord {
+            fingerprint: with_parts(),
+            token,
+            created_at: UNIX_EPOCH + Duration::from_millis(5),
+        });
+        let encoded = in_flight.encode();
+        assert!(encoded.starts_with(&token.in_flight_prefix()));
+        assert_eq!(encoded.len(), HEADER_LEN + 1 + PartDigests::STORED_LEN);
+        assert_eq!(encoded[HEADER_LEN], PART_DIGESTS);
+        assert_eq!(Record::decode(encoded).unwrap(), in_flight);
+
+        let mut completed = completed(StoredBody::Kept(Bytes::from_static(b"body")));
+        completed.fingerprint = with_parts();
+        let completed = Record::Completed(completed);
+        let encoded = completed.encode();
+        assert_eq!(Record::decode(encoded.clone()).unwrap(), completed);
+        for len in HEADER_LEN + 1..encoded.len() {
+            assert!(Record::decode(encoded.slice(..len)).is_err(), "{len} bytes");
+        }
     }
 
     proptest! {

@@ -15,7 +15,7 @@ mod token;
 
 pub use clock::{now_millis, unix_millis};
 pub use encoding::RecordError;
-pub use fingerprint::Fingerprint;
+pub use fingerprint::{Fingerprint, FingerprintBody, Part, PartDigests};
 pub use key::{ClientScope, IdempotencyKey, KeyError, RouteName, ScopedKey, MAX_KEY_LEN};
 pub use record::{CompletedRecord, InFlightRecord, Record, StoredBody};
 pub use token::FencingToken;
