@@ -122,6 +122,36 @@ fn key_sources_are_checked() {
     assert!(message.contains("JSON pointer"), "{message}");
 }
 
+/// Pointers are checked one by one, and refused where the body is fingerprinted by its bytes:
+/// in the table that says so, or inherits it.
+#[test]
+fn fingerprint_ignore_needs_valid_pointers_and_a_json_body() {
+    let json = "fingerprint_body = \"json\"";
+    let message = refused_route(
+        &format!("fingerprint_ignore = [\"/ok\", \"sent_at\"]\n{json}"),
+        "fingerprint_ignore",
+    );
+    assert!(message.contains("must start with '/'"), "{message}");
+    let message = refused_default(
+        &format!("fingerprint_ignore = [\"\"]\n{json}"),
+        "fingerprint_ignore",
+    );
+    assert!(message.contains("whole body"), "{message}");
+    refused_route(
+        &format!("fingerprint_ignore = [\"/a~2\"]\n{json}"),
+        "fingerprint_ignore",
+    );
+    let message = refused_default("fingerprint_ignore = [\"/sent_at\"]", "fingerprint_ignore");
+    assert!(message.contains("fingerprint_body = \"json\""), "{message}");
+    refused_route("fingerprint_ignore = [\"/sent_at\"]", "fingerprint_ignore");
+    refused_route(
+        "fingerprint_ignore = [\"/sent_at\"]\nfingerprint_body = \"bytes\"",
+        "fingerprint_ignore",
+    );
+    let message = refused_route("fingerprint_body = \"xml\"", "fingerprint_body");
+    assert!(message.contains("xml"), "{message}");
+}
+
 #[test]
 fn route_names_must_be_valid_and_unique() {
     let route = |name: &str| {

@@ -121,6 +121,8 @@ policy_keys! {
     require_key: bool,
     scope_header: String,
     fingerprint_headers: Vec<String>,
+    fingerprint_body: FingerprintBodyMode,
+    fingerprint_ignore: Vec<String>,
     ttl: String,
     lease: String,
     concurrent: ConcurrentPolicy,
@@ -134,6 +136,15 @@ policy_keys! {
     replay_exclude_headers: Vec<String>,
     replay_cache_ttl: String,
     verify: super::crypto::VerifyTable,
+}
+
+/// `fingerprint_body`: whether a route's fingerprint reads the body's bytes or its canonical
+/// JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum FingerprintBodyMode {
+    Bytes,
+    Json,
 }
 
 /// Wraps a value for printing; spans only matter for values read from a file.

@@ -5,11 +5,13 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::error::ConfigError;
-use super::file::PolicyTable;
+use super::file::{FingerprintBodyMode, PolicyTable};
 use super::settings::RouteSettings;
 use super::source::Source;
 use super::values::{duration, header, headers, json_pointer, method, optional_header, status};
 use crate::idempotency::policy::{KeySource, Policy};
+use crate::model::jcs::JsonPointer;
+use crate::model::FingerprintBody;
 
 /// What a route inherits from `[defaults]` and may override: the idempotency layer's policy,
 /// and how the proxy serves the route.
@@ -49,6 +51,7 @@ pub(super) fn apply(
 fn apply_policy(src: &Source, policy: &mut Policy, table: &PolicyTable) -> Result<(), ConfigError> {
     apply_key_source(src, policy, table)?;
     apply_headers(src, policy, table)?;
+    apply_fingerprint_body(src, policy, table)?;
     apply_durations(src, policy, table)?;
     apply_choices(policy, table);
     set(src, "verify", &table.verify, &mut policy.verify, |v| {
@@ -131,6 +134,48 @@ fn apply_headers(
         exclude,
         |v| headers(v),
     )
+}
+
+/// `fingerprint_body` and `fingerprint_ignore`. Naming `"json"` again keeps the pointers the
+/// table inherited, and `"bytes"` drops them; pointers given where the body is read as bytes
+/// are refused, as they would silently change nothing.
+fn apply_fingerprint_body(
+    src: &Source,
+    policy: &mut Policy,
+    table: &PolicyTable,
+) -> Result<(), ConfigError> {
+    let body = &mut policy.fingerprint_body;
+    if let Some(mode) = &table.fingerprint_body {
+        match (mode.get_ref(), &*body) {
+            (FingerprintBodyMode::Bytes, _) => *body = FingerprintBody::Bytes,
+            (FingerprintBodyMode::Json, FingerprintBody::Json { .. }) => {}
+            (FingerprintBodyMode::Json, FingerprintBody::Bytes) => {
+                *body = FingerprintBody::Json { ignore: Vec::new() };
+            }
+        }
+    }
+    let Some(given) = &table.fingerprint_ignore else {
+        return Ok(());
+    };
+    let bad = |reason: String| src.bad(given, "fingerprint_ignore", reason);
+    let pointers: Vec<JsonPointer> = given
+        .get_ref()
+        .iter()
+        .map(|pointer| JsonPointer::parse(pointer))
+        .collect::<Result<_, _>>()
+        .map_err(bad)?;
+    match body {
+        FingerprintBody::Json { ignore } => *ignore = pointers,
+        FingerprintBody::Bytes if pointers.is_empty() => {}
+        FingerprintBody::Bytes => {
+            return Err(bad(
+                "members can only be ignored in a JSON body, and this table fingerprints the \
+                 body's bytes; set fingerprint_body = \"json\" beside it"
+                    .to_owned(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn apply_durations(

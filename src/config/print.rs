@@ -5,9 +5,10 @@
 //! `default` as an ordinary `[[routes]]` table with prefix `/`, so loading the output gives the
 //! same settings without any `[defaults]` or top-level `upstream`.
 
-use super::file::{unspanned, PolicyTable, RawFile, RouteHead, RouteTable};
+use super::file::{unspanned, FingerprintBodyMode, PolicyTable, RawFile, RouteHead, RouteTable};
 use super::settings::{RouteSettings, Settings};
 use crate::idempotency::policy::{KeySource, Policy};
+use crate::model::FingerprintBody;
 use toml::Spanned;
 
 /// The settings as a config file that loads to them.
@@ -66,6 +67,13 @@ fn policy(policy: &Policy) -> PolicyTable {
         KeySource::Header(name) => (unspanned(name.to_string()), None),
         KeySource::BodyPointer(pointer) => (None, unspanned(pointer.clone())),
     };
+    let (fingerprint_body, fingerprint_ignore) = match &policy.fingerprint_body {
+        FingerprintBody::Bytes => (FingerprintBodyMode::Bytes, Vec::new()),
+        FingerprintBody::Json { ignore } => {
+            let pointers = ignore.iter().map(|p| p.as_str().to_owned()).collect();
+            (FingerprintBodyMode::Json, pointers)
+        }
+    };
     PolicyTable {
         methods: unspanned(
             policy
@@ -86,6 +94,8 @@ fn policy(policy: &Policy) -> PolicyTable {
                 .unwrap_or_default(),
         ),
         fingerprint_headers: unspanned(names(&policy.fingerprint_headers)),
+        fingerprint_body: unspanned(fingerprint_body),
+        fingerprint_ignore: unspanned(fingerprint_ignore),
         ttl: unspanned(humane(policy.ttl)),
         lease: unspanned(humane(policy.lease)),
         concurrent: unspanned(policy.concurrent),

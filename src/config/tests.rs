@@ -8,7 +8,8 @@ use http::{HeaderName, Method, StatusCode};
 use super::*;
 use crate::idempotency::policy::{AmbiguousPolicy, ConcurrentPolicy, KeySource};
 use crate::idempotency::Policy;
-use crate::model::RouteName;
+use crate::model::jcs::JsonPointer;
+use crate::model::{FingerprintBody, RouteName};
 use crate::problem::ProblemBase;
 use crate::store::StoreSpec;
 use crate::units::ByteSize;
@@ -135,6 +136,64 @@ fn routes_start_from_the_defaults_and_override_them() {
         default.policy.scope_header,
         Some(HeaderName::from_static("authorization"))
     );
+}
+
+const FINGERPRINTS: &str = r#"
+upstream = "http://127.0.0.1:9000"
+
+[defaults]
+fingerprint_body = "json"
+fingerprint_ignore = ["/metadata/request_time", "/a~1b"]
+
+[[routes]]
+name = "orders"
+path_prefix = "/orders"
+upstream = "http://127.0.0.1:9001"
+fingerprint_body = "json"
+
+[[routes]]
+name = "files"
+path_prefix = "/files"
+upstream = "http://127.0.0.1:9001"
+fingerprint_body = "bytes"
+fingerprint_ignore = []
+
+[[routes]]
+name = "events"
+path_prefix = "/events"
+upstream = "http://127.0.0.1:9001"
+fingerprint_ignore = ["/sent_at"]
+"#;
+
+/// A route inherits the body mode with its pointers; naming `"json"` again keeps them,
+/// `"bytes"` drops them, and new pointers replace them. `--check` prints what loads back.
+#[test]
+fn fingerprint_body_and_its_pointers_are_inherited_and_printed() {
+    let settings = settings(FINGERPRINTS);
+    let ignored = |name| match &route(&settings, name).policy.fingerprint_body {
+        FingerprintBody::Json { ignore } => Some(ignore.iter().map(JsonPointer::as_str).collect()),
+        FingerprintBody::Bytes => None,
+    };
+    let inherited: Option<Vec<&str>> = Some(vec!["/metadata/request_time", "/a~1b"]);
+    assert_eq!(ignored("orders"), inherited);
+    assert_eq!(ignored("default"), inherited);
+    assert_eq!(ignored("files"), None);
+    assert_eq!(ignored("events"), Some(vec!["/sent_at"]));
+
+    let printed = settings.to_toml();
+    let again = load_str("check.toml", &printed, &Overrides::default())
+        .unwrap_or_else(|e| panic!("{e}\n{printed}"));
+    assert_eq!(format!("{settings:?}"), format!("{again:?}"));
+    assert!(
+        printed.contains("fingerprint_body = \"bytes\""),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("fingerprint_ignore = [\"/sent_at\"]"),
+        "{printed}"
+    );
+    let plain = Policy::new(RouteName::new("plain").unwrap());
+    assert_eq!(plain.fingerprint_body, FingerprintBody::Bytes);
 }
 
 #[test]
