@@ -17,7 +17,9 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::json;
 
 use crate::idempotency::Policy;
-use crate::model::{ClientScope, IdempotencyKey, KeyError, Record, ScopedKey, StoredBody};
+use crate::model::{
+    ClientScope, Fingerprint, IdempotencyKey, KeyError, Part, Record, ScopedKey, StoredBody,
+};
 use crate::secret::Secret;
 use crate::store::Store;
 use crate::telemetry;
@@ -213,6 +215,7 @@ fn record_view(record: &Record, expires_in: Duration) -> serde_json::Value {
             "created": humantime::format_rfc3339_millis(r.created_at).to_string(),
             "expires": expires,
             "fingerprint": r.fingerprint.short_hex(),
+            "fingerprint_parts": part_digests(&r.fingerprint),
         }),
         Record::Completed(r) => json!({
             "state": "completed",
@@ -220,11 +223,21 @@ fn record_view(record: &Record, expires_in: Duration) -> serde_json::Value {
             "created": humantime::format_rfc3339_millis(r.created_at).to_string(),
             "expires": expires,
             "fingerprint": r.fingerprint.short_hex(),
+            "fingerprint_parts": part_digests(&r.fingerprint),
             "body_kept": matches!(r.body, StoredBody::Kept(_)),
             "body_length": match &r.body { StoredBody::Kept(b) => Some(b.len()), _ => None },
             "problem": match &r.body { StoredBody::Problem(kind) => Some(kind.as_str()), _ => None },
         }),
     }
+}
+
+/// The kept digest of each part in hex, or `null` for a record stored before they existed.
+fn part_digests(fingerprint: &Fingerprint) -> serde_json::Value {
+    let Some(parts) = fingerprint.parts() else {
+        return serde_json::Value::Null;
+    };
+    let hex = Part::ALL.map(|part| (part.as_str().to_owned(), json!(parts.hex(part))));
+    serde_json::Value::Object(hex.into_iter().collect())
 }
 
 /// Makes sure the request counter exists from the start, so dashboards see zeros, not gaps.

@@ -19,7 +19,7 @@ use std::time::Duration;
 use axum::body::Body;
 use http::{Response, StatusCode};
 
-use crate::model::KeyError;
+use crate::model::{KeyError, Part};
 use crate::units::ByteSize;
 use crate::BoxError;
 
@@ -34,7 +34,11 @@ pub enum ProxyError {
     InvalidKey(#[from] KeyError),
     /// The key was used before for a different request.
     #[error("the idempotency key was already used for a different request")]
-    KeyReused,
+    KeyReused {
+        /// The parts of the request that differ from the first one's, never their values; none
+        /// are known when the first request's record was stored before part digests existed.
+        differs: Vec<Part>,
+    },
     /// The first request with the key is still running.
     #[error("a request with this idempotency key is still being processed")]
     RequestInFlight {
@@ -100,7 +104,7 @@ impl ProxyError {
         match self {
             Self::MissingKey => meta(S::BAD_REQUEST, "missing-key", "Idempotency key missing"),
             Self::InvalidKey(_) => meta(S::BAD_REQUEST, "invalid-key", "Idempotency key invalid"),
-            Self::KeyReused => meta(
+            Self::KeyReused { .. } => meta(
                 S::UNPROCESSABLE_ENTITY,
                 "key-reused",
                 "Idempotency key reused",
@@ -267,7 +271,7 @@ mod tests {
         let all = [
             ProxyError::MissingKey,
             ProxyError::InvalidKey(KeyError::Empty),
-            ProxyError::KeyReused,
+            ProxyError::KeyReused { differs: vec![] },
             ProxyError::RequestInFlight {
                 retry_after: Duration::from_secs(1),
             },
@@ -299,12 +303,12 @@ mod tests {
 
     #[test]
     fn an_error_travels_on_its_response_until_rendered() {
-        let response = ProxyError::KeyReused.into_response();
+        let reused = ProxyError::KeyReused {
+            differs: vec![Part::Body],
+        };
+        let response = reused.clone().into_response();
         assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
-        assert_eq!(
-            response.extensions().get::<ProxyError>(),
-            Some(&ProxyError::KeyReused)
-        );
+        assert_eq!(response.extensions().get::<ProxyError>(), Some(&reused));
     }
 
     #[test]

@@ -55,11 +55,16 @@ impl ProblemBase {
             return;
         };
         let meta = error.meta();
+        let differs = match &error {
+            ProxyError::KeyReused { differs } => Some(differs.iter().map(|p| p.as_str()).collect()),
+            _ => None,
+        };
         let document = ProblemDocument {
             kind: format!("{}{}", self.uri, meta.kind),
             title: meta.title,
             status: meta.status.as_u16(),
             detail: error.to_string(),
+            differs,
         };
         let body = serde_json::to_vec(&document).expect("a problem document always serializes");
         *response.body_mut() = Body::from(body);
@@ -94,6 +99,10 @@ struct ProblemDocument<'a> {
     title: &'a str,
     status: u16,
     detail: String,
+    /// `key-reused` only: the parts of the request that differed (an RFC 9457 extension
+    /// member).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    differs: Option<Vec<&'static str>>,
 }
 
 /// Renders the problems of the service it wraps: put it outermost.
@@ -185,6 +194,7 @@ mod tests {
     use http_body_util::BodyExt;
 
     use super::*;
+    use crate::model::Part;
 
     async fn rendered(base: &ProblemBase, error: ProxyError) -> (Response<()>, serde_json::Value) {
         let mut response = error.into_response();
@@ -197,7 +207,10 @@ mod tests {
 
     #[tokio::test]
     async fn problem_document_has_the_rfc_9457_members() {
-        let (response, doc) = rendered(&ProblemBase::default(), ProxyError::KeyReused).await;
+        let reused = ProxyError::KeyReused {
+            differs: vec![Part::Target, Part::Body],
+        };
+        let (response, doc) = rendered(&ProblemBase::default(), reused).await;
         assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
         assert_eq!(
             response.headers()[header::CONTENT_TYPE],
@@ -208,6 +221,16 @@ mod tests {
         assert_eq!(doc["type"], "urn:problem-type:idempotency-proxy:key-reused");
         assert_eq!(doc["status"], 422);
         assert!(doc["title"].is_string() && doc["detail"].is_string());
+        assert_eq!(doc["differs"], serde_json::json!(["target", "body"]));
+    }
+
+    #[tokio::test]
+    async fn only_key_reused_says_what_differs() {
+        let unknown = ProxyError::KeyReused { differs: vec![] };
+        let (_, doc) = rendered(&ProblemBase::default(), unknown).await;
+        assert_eq!(doc["differs"], serde_json::json!([]));
+        let (_, doc) = rendered(&ProblemBase::default(), ProxyError::StoreUnavailable).await;
+        assert!(doc.get("differs").is_none(), "{doc}");
     }
 
     #[tokio::test]

@@ -21,6 +21,26 @@ pub(super) struct KeyedRequest {
 }
 
 impl KeyedRequest {
+    /// Whether `stored`, the fingerprint of a record under this request's key, is this
+    /// request's. A record stored before part digests existed carries the single digest of
+    /// those days, over the body's bytes (there was no other way to read it), so that digest is
+    /// computed for it: a second pass over the body, paid only until such records expire.
+    pub(super) fn is_same_as(&self, stored: &Fingerprint, policy: &Policy) -> bool {
+        if stored.parts().is_some() {
+            return *stored == self.fingerprint;
+        }
+        let parts = &self.parts;
+        let names = &policy.fingerprint_headers;
+        let unsplit = Fingerprint::compute_unsplit(
+            &parts.method,
+            &parts.uri,
+            &parts.headers,
+            names,
+            &self.body,
+        );
+        *stored == unsplit
+    }
+
     /// The request as it goes upstream.
     pub(super) fn into_request(self) -> Request<Body> {
         Request::from_parts(self.parts, Body::from(self.body))

@@ -17,6 +17,7 @@ use super::execute::Execution;
 use super::policy::{ConcurrentPolicy, StoreErrorPolicy};
 use super::replay::replay;
 use crate::error::{rescue, ProxyError};
+use crate::model::{Fingerprint, InFlightRecord};
 use crate::store::{Reservation, StoreError};
 use crate::telemetry::RequestOutcome;
 
@@ -78,9 +79,9 @@ where
     S: Inner<B>,
     B: AnswerBody,
 {
-    let same_request = |record_fingerprint| record_fingerprint == request.fingerprint;
+    let same_request = |stored: &Fingerprint| request.is_same_as(stored, &ctx.policy);
     let reservation = match reserve(ctx, &request).await {
-        Ok(Reservation::InFlight(r)) if same_request(r.fingerprint) && waits(ctx) => {
+        Ok(Reservation::InFlight(r)) if same_request(&r.fingerprint) && waits(ctx) => {
             wait_for_first(ctx, &request).await
         }
         other => other,
@@ -91,20 +92,25 @@ where
     };
     match reservation {
         Reservation::Acquired(token) => Execution::run(ctx.clone(), inner, request, token).await,
-        Reservation::Completed(r) if same_request(r.fingerprint) => {
+        Reservation::Completed(r) if same_request(&r.fingerprint) => {
             (replay(r), RequestOutcome::Replayed)
         }
-        Reservation::InFlight(r) if same_request(r.fingerprint) => {
+        Reservation::InFlight(r) if same_request(&r.fingerprint) => {
             let in_flight = ProxyError::RequestInFlight {
                 retry_after: RETRY_AFTER,
             };
             (in_flight.into_response(), RequestOutcome::Conflict)
         }
-        Reservation::InFlight(_) | Reservation::Completed(_) => {
-            let reused = ProxyError::KeyReused.into_response();
-            (reused, RequestOutcome::Mismatch)
-        }
+        Reservation::InFlight(r) => key_reused(&request, &r.fingerprint),
+        Reservation::Completed(r) => key_reused(&request, &r.fingerprint),
     }
+}
+
+/// `422 key-reused`, naming the parts in which the request differs from the one stored.
+fn key_reused(request: &KeyedRequest, stored: &Fingerprint) -> (Response<Body>, RequestOutcome) {
+    let differs = request.fingerprint.differing_parts(stored);
+    let reused = ProxyError::KeyReused { differs }.into_response();
+    (reused, RequestOutcome::Mismatch)
 }
 
 fn waits(ctx: &Context) -> bool {
@@ -129,13 +135,15 @@ async fn wait_for_first(ctx: &Context, request: &KeyedRequest) -> Result<Reserva
     let notify = ctx.waiters.subscribe(&storage_key);
     let deadline = Instant::now() + ctx.policy.wait_timeout;
     let mut pause = WAIT_FIRST_PAUSE;
+    let still_waiting = |first: &InFlightRecord| {
+        request.is_same_as(&first.fingerprint, &ctx.policy) && Instant::now() < deadline
+    };
     let result = loop {
         let notified = notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
         match reserve(ctx, request).await {
-            Ok(Reservation::InFlight(r))
-                if r.fingerprint == request.fingerprint && Instant::now() < deadline => {}
+            Ok(Reservation::InFlight(r)) if still_waiting(&r) => {}
             other => break other,
         }
         let left = deadline.saturating_duration_since(Instant::now());
