@@ -1,7 +1,9 @@
 //! RFC 8785 canonicalization ([`idempotency_proxy::model::jcs`]): the RFC's own examples and
 //! the reference implementation's test data, the ECMAScript number test sequence, JSON
-//! pointers, what is refused, and properties over generated documents.
+//! pointers, what is refused, and properties over generated documents, with and without
+//! members ignored.
 
+mod ignoring;
 mod numbers;
 mod pointers;
 mod properties;

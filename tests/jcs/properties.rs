@@ -26,7 +26,7 @@ const KNOWN_NUMBERS: [(f64, &str); 14] = [
 ];
 
 #[derive(Debug, Clone)]
-enum Json {
+pub(super) enum Json {
     Null,
     Bool(bool),
     Int(i64),
@@ -54,7 +54,7 @@ fn text(max_len: usize) -> impl Strategy<Value = String> {
 }
 
 /// Values whose canonical form [`oracle`] can write: no arbitrary doubles.
-fn known_value() -> impl Strategy<Value = Json> {
+pub(super) fn known_value() -> impl Strategy<Value = Json> {
     let leaf = prop_oneof![
         Just(Json::Null),
         any::<bool>().prop_map(Json::Bool),
@@ -66,7 +66,7 @@ fn known_value() -> impl Strategy<Value = Json> {
 }
 
 /// Values with any finite double.
-fn any_value() -> impl Strategy<Value = Json> {
+pub(super) fn any_value() -> impl Strategy<Value = Json> {
     let double = any::<f64>().prop_filter("finite", |f| f.is_finite());
     let leaf = prop_oneof![
         (-(1i64 << 53)..=(1i64 << 53)).prop_map(Json::Int),
@@ -215,7 +215,7 @@ fn unicode_escape(c: char, upper: bool, out: &mut String) {
 
 /// The canonical form written independently: names sorted by UTF-16 code units, strings as
 /// `serde_json` escapes them (the same minimal set), numbers from the known table.
-fn oracle(value: &Json) -> String {
+pub(super) fn oracle(value: &Json) -> String {
     match value {
         Json::Null => "null".to_owned(),
         Json::Bool(b) => b.to_string(),
@@ -241,7 +241,7 @@ fn oracle(value: &Json) -> String {
     }
 }
 
-fn rendered(value: &Json, seed: u64) -> String {
+pub(super) fn rendered(value: &Json, seed: u64) -> String {
     let mut out = String::new();
     render(value, &mut Choices(seed), &mut out);
     out
