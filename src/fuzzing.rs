@@ -10,6 +10,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use crate::config::Overrides;
 use crate::idempotency::extract::key_from_body;
+use crate::model::jcs::{self, JsonPointer};
 use crate::model::{
     CompletedRecord, FencingToken, Fingerprint, IdempotencyKey, InFlightRecord, PartDigests,
     Record, StoredBody, MAX_KEY_LEN,
@@ -25,6 +26,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("config", config),
     ("record_decode", record_decode),
     ("record_roundtrip", record_roundtrip),
+    ("jcs", jcs),
 ];
 
 /// The RFC 9651 sf-string form of a key: quoted, with `\` and `"` escaped.
@@ -204,6 +206,46 @@ pub fn record_roundtrip(data: &[u8]) {
     assert_eq!(Record::decode(encoded.clone()).as_ref(), Ok(&record));
     let value = crate::store::file::join_value(7, &encoded);
     assert_eq!(crate::store::file::split_value(&value), (7, &encoded[..]));
+}
+
+/// A body and the pointers to ignore in it: the first byte is the length of the pointers, one
+/// per line, then the body. Canonicalizing never panics; a body it accepts is one `serde_json`
+/// reads; what it writes canonicalizes to itself; and ignoring members gives the same as
+/// ignoring them in the canonical form, as spelling never moves a member or element.
+pub fn jcs(data: &[u8]) {
+    let Some((&len, rest)) = data.split_first() else {
+        return;
+    };
+    let (pointers, body) = rest.split_at(usize::from(len).min(rest.len()));
+    let pointers = String::from_utf8_lossy(pointers);
+    let ignore: Vec<JsonPointer> = pointers
+        .split('\n')
+        .filter_map(|p| JsonPointer::parse(p).ok())
+        .collect();
+    let Ok(whole) = jcs::try_canonicalize(body, &[]) else {
+        assert!(jcs::try_canonicalize(body, &ignore).is_err());
+        return;
+    };
+    serde_json::from_slice::<serde_json::Value>(body).expect("accepted a body serde_json refuses");
+    let again = jcs::try_canonicalize(&whole, &[]);
+    assert_eq!(
+        again.as_ref(),
+        Ok(&whole),
+        "the canonical form is not a fixed point"
+    );
+    let ignoring = jcs::try_canonicalize(body, &ignore).expect("a body accepted whole");
+    let from_canonical = jcs::try_canonicalize(&whole, &ignore);
+    assert_eq!(
+        from_canonical.as_ref(),
+        Ok(&ignoring),
+        "spelling moved what {ignore:?} names"
+    );
+    let again = jcs::try_canonicalize(&ignoring, &[]);
+    assert_eq!(
+        again.as_ref(),
+        Ok(&ignoring),
+        "not canonical with {ignore:?} ignored"
+    );
 }
 
 /// Reads fixed-width fields from the front of the input, zeros once it runs out.
