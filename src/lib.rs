@@ -20,6 +20,7 @@ pub mod fuzzing;
 mod headers;
 pub mod idempotency;
 pub mod jcs;
+mod logging;
 pub mod model;
 mod problem;
 mod proxy;
@@ -32,12 +33,9 @@ pub mod units;
 mod upstream;
 
 pub use cli::run as run_command_line;
-pub use error::ProxyError;
+pub use error::{BoxError, ProxyError};
 pub use idempotency::{IdempotencyLayer, IdempotencyService, Policy};
 pub use problem::{ProblemBase, ProblemLayer, ProblemService};
 pub use proxy::{Proxy, StartError};
 pub use secret::Secret;
 pub use store::{Store, StoreError};
-
-/// The boxed error inner services and bodies may fail with.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -161,19 +161,3 @@ impl Drop for InFlightGuard {
         self.0.decrement(1.0);
     }
 }
-
-/// Sends log lines to stderr as text or JSON; `RUST_LOG` narrows or widens what is logged.
-pub(crate) fn init_logging(format: crate::config::LogFormat) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    // Colours only for a person at a terminal: escape codes in a log file are noise to parse.
-    let colours = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(colours)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        crate::config::LogFormat::Text => builder.try_init(),
-        crate::config::LogFormat::Json => builder.json().flatten_event(true).try_init(),
-    };
-}

@@ -21,9 +21,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tower::Service;
 
+use crate::error::BoxError;
 use crate::error::RequestNotSent;
 use crate::headers::strip_hop_by_hop;
-use crate::BoxError;
 
 /// The pooled client every route shares.
 pub(crate) type UpstreamClient = Client<HttpConnector, Body>;

@@ -10,8 +10,15 @@ use super::settings::{RouteSettings, Settings};
 use crate::idempotency::policy::{KeySource, Policy};
 use toml::Spanned;
 
-/// The settings as a config file that loads to them.
-pub(super) fn to_toml(settings: &Settings) -> String {
+impl Settings {
+    /// The effective configuration in the config file's own vocabulary, every route with every
+    /// policy key spelled out. Loading it back gives the same settings.
+    pub fn to_toml(&self) -> String {
+        to_toml(self)
+    }
+}
+
+fn to_toml(settings: &Settings) -> String {
     let mut raw = RawFile {
         listen: unspanned(settings.listen.to_string()),
         admin_listen: settings.admin_listen.and_then(|a| unspanned(a.to_string())),
