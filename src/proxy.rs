@@ -62,7 +62,6 @@ impl Proxy {
             Some(keys) => Arc::new(SealedStore::new(store, keys.clone())),
             None => store,
         };
-        let client = upstream::client();
         let executions = TaskTracker::new();
         let replay_cache = Arc::new(ReplayCache::new(REPLAY_CACHE_BUDGET));
         let routes = settings.routes.iter().map(|route| Route {
@@ -73,8 +72,8 @@ impl Proxy {
                 .with_task_tracker(executions.clone())
                 .with_replay_cache(replay_cache.clone())
                 .layer(upstream::Upstream::new(
-                    client.clone(),
                     route.upstream.clone(),
+                    upstream::PoolSettings::default(),
                 )),
         });
         let policies = settings.routes.iter().map(|r| Arc::new(r.policy.clone()));
