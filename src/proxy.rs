@@ -73,7 +73,10 @@ impl Proxy {
                 .with_replay_cache(replay_cache.clone())
                 .layer(upstream::Upstream::new(
                     route.upstream.clone(),
-                    upstream::PoolSettings::default(),
+                    upstream::PoolSettings {
+                        idle_timeout: route.upstream_idle_timeout,
+                        ..upstream::PoolSettings::default()
+                    },
                 )),
         });
         let policies = settings.routes.iter().map(|r| Arc::new(r.policy.clone()));

@@ -73,6 +73,8 @@ pub struct RouteSettings {
     pub host: Option<String>,
     /// `http://HOST:PORT[/path]`.
     pub upstream: http::Uri,
+    /// How long an idle connection to the upstream is kept (`upstream_idle_timeout`).
+    pub upstream_idle_timeout: Duration,
     /// `policy.route` is the route's name; `policy.problem_base` is `Settings::problem_base`.
     pub policy: Policy,
 }

@@ -49,7 +49,9 @@ fn route(route: &RouteSettings) -> Spanned<RouteTable> {
         host: route.host.clone().and_then(unspanned),
         upstream: unspanned(route.upstream.to_string()),
     };
-    Spanned::new(0..0, RouteTable::join(head, policy(&route.policy)))
+    let mut keys = policy(&route.policy);
+    keys.upstream_idle_timeout = unspanned(humane(route.upstream_idle_timeout));
+    Spanned::new(0..0, RouteTable::join(head, keys))
 }
 
 fn policy(policy: &Policy) -> PolicyTable {
@@ -77,6 +79,8 @@ fn policy(policy: &Policy) -> PolicyTable {
         concurrent: unspanned(policy.concurrent),
         wait_timeout: unspanned(humane(policy.wait_timeout)),
         upstream_timeout: unspanned(humane(policy.upstream_timeout)),
+        // A route key, not a policy one: `route` fills it in.
+        upstream_idle_timeout: None,
         max_request_body: unspanned(policy.max_request_body),
         max_cached_body: unspanned(policy.max_cached_body),
         release_on: unspanned(

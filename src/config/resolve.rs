@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::file::{RawFile, RouteHead, RouteTable};
+use super::file::{PolicyTable, RawFile, RouteHead, RouteTable};
 use super::source::Source;
 use super::values::{host, path_prefix, socket_addr, upstream_uri};
 use super::{policy, values, ConfigError, RouteSettings, Settings, DEFAULT_LISTEN};
@@ -22,6 +22,7 @@ use crate::idempotency::key::RouteName;
 use crate::idempotency::policy::Policy;
 use crate::secret::Secret;
 use crate::store::StoreSpec;
+use crate::upstream::PoolSettings;
 
 /// A top-level value and where it was given, so an error points at the flag or the line.
 enum Given<'a> {
@@ -74,7 +75,16 @@ pub fn resolve(src: &Source, raw: RawFile, cli: &Cli) -> Result<Settings, Config
     let problem_base = Arc::new(problem_base(src, raw.problem_base.as_ref())?);
     let mut defaults = Policy::new(RouteName::new(RouteName::DEFAULT).expect("a valid route name"));
     defaults.problem_base = Arc::clone(&problem_base);
-    policy::apply(src, &mut defaults, &raw.defaults.unwrap_or_default())?;
+    let default_keys = raw.defaults.unwrap_or_default();
+    policy::apply(src, &mut defaults, &default_keys)?;
+    let defaults = Defaults {
+        upstream_idle_timeout: upstream_idle_timeout(
+            src,
+            &default_keys,
+            PoolSettings::default().idle_timeout,
+        )?,
+        policy: defaults,
+    };
     let upstream = Given::pick(
         ("--upstream", cli.upstream.as_ref()),
         ("upstream", raw.upstream.as_ref()),
@@ -142,11 +152,30 @@ fn drain_timeout(src: &Source, file: Option<&Spanned<String>>) -> Result<Duratio
     })
 }
 
+/// What every route starts from: the `[defaults]` policy, and the connection key beside it.
+struct Defaults {
+    policy: Policy,
+    upstream_idle_timeout: Duration,
+}
+
+/// The table's `upstream_idle_timeout`, else the inherited one.
+fn upstream_idle_timeout(
+    src: &Source,
+    keys: &PolicyTable,
+    inherited: Duration,
+) -> Result<Duration, ConfigError> {
+    keys.upstream_idle_timeout
+        .as_ref()
+        .map_or(Ok(inherited), |raw| {
+            check(src, raw, "upstream_idle_timeout", values::duration)
+        })
+}
+
 /// The configured routes in file order, then `default` for the top-level upstream.
 fn routes(
     src: &Source,
     tables: Vec<Spanned<RouteTable>>,
-    defaults: &Policy,
+    defaults: &Defaults,
     upstream: Option<Given>,
 ) -> Result<Vec<RouteSettings>, ConfigError> {
     let mut names: HashMap<String, Range<usize>> = HashMap::new();
@@ -155,10 +184,11 @@ fn routes(
         let span = table.span();
         let (head, keys) = table.into_inner().split();
         let name = unique_name(src, &head, span.clone(), &mut names)?;
-        let mut policy = defaults.clone();
+        let mut policy = defaults.policy.clone();
         policy.route = name;
         policy::apply(src, &mut policy, &keys)?;
-        routes.push(route(src, head, span, policy)?);
+        let idle = upstream_idle_timeout(src, &keys, defaults.upstream_idle_timeout)?;
+        routes.push(route(src, head, span, policy, idle)?);
     }
     if let Some(given) = upstream {
         routes.push(default_route(src, given, defaults, &names)?);
@@ -173,7 +203,7 @@ fn routes(
 fn default_route(
     src: &Source,
     upstream: Given,
-    defaults: &Policy,
+    defaults: &Defaults,
     names: &HashMap<String, Range<usize>>,
 ) -> Result<RouteSettings, ConfigError> {
     if let Some(span) = names.get(RouteName::DEFAULT) {
@@ -187,7 +217,8 @@ fn default_route(
         path_prefix: "/".into(),
         host: None,
         upstream: upstream.parse(src, upstream_uri)?,
-        policy: defaults.clone(),
+        upstream_idle_timeout: defaults.upstream_idle_timeout,
+        policy: defaults.policy.clone(),
     })
 }
 
@@ -222,6 +253,7 @@ fn route(
     head: RouteHead,
     table: Range<usize>,
     policy: Policy,
+    upstream_idle_timeout: Duration,
 ) -> Result<RouteSettings, ConfigError> {
     let missing = |key: &str| {
         let reason = format!(
@@ -240,6 +272,7 @@ fn route(
         path_prefix: check(src, prefix, "path_prefix", path_prefix)?,
         host: host.transpose()?,
         upstream: check(src, upstream, "upstream", upstream_uri)?,
+        upstream_idle_timeout,
         policy,
     })
 }
