@@ -80,18 +80,26 @@ impl PooledConnection {
     /// Whether the connection is open and waiting for a request: one poll lets it see the end
     /// of the last exchange, or a close, and then the sender says whether it takes a request.
     fn is_idle(&mut self) -> bool {
-        poll_once(|cx| {
-            self.poll_connection(cx).is_pending()
-                && matches!(self.sender.poll_ready(cx), Poll::Ready(Ok(())))
-        })
+        is_idle(&mut self.sender, &mut self.connection)
     }
 
     /// [`is_idle`](Self::is_idle), with the socket's reads asking the kernel, so a close that
     /// has arrived is seen even before the runtime has noticed it.
     fn is_open(&mut self) -> bool {
-        let check = self.close_check.clone();
-        check.during(|| self.is_idle())
+        let Self {
+            sender,
+            connection,
+            close_check,
+        } = self;
+        close_check.during(|| is_idle(sender, connection))
     }
+}
+
+fn is_idle(sender: &mut http1::SendRequest<Body>, connection: &mut Connection) -> bool {
+    poll_once(|cx| {
+        Pin::new(connection).poll(cx).is_pending()
+            && matches!(sender.poll_ready(cx), Poll::Ready(Ok(())))
+    })
 }
 
 /// Polls once, with a waker that does nothing: the next poll comes from the task that uses the
