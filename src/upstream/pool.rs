@@ -8,8 +8,8 @@
 //! servers close idle keep-alive connections after a few seconds, and a request written as the
 //! upstream closes is lost in a way no one can tell from "it ran".
 //!
-//! The list is newest first, so the connection least likely to have been closed is the one used,
-//! and the rest age out. One sweeper task per pool closes expired connections when the proxy
+//! The connection returned last is the one taken first, as it is the least likely to have been
+//! closed, and the rest age out. One sweeper task per pool closes expired connections when the proxy
 //! goes quiet; it runs only while the list holds any.
 
 use std::collections::VecDeque;
