@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 use tower::Layer;
 
+use crate::admin;
 use crate::config::{RouteSettings, Settings};
 use crate::idempotency::{IdempotencyLayer, Policy};
 use crate::problem::ProblemLayer;
@@ -29,7 +30,7 @@ use crate::router::{Route, Router};
 use crate::secret::Secret;
 use crate::server::{self, App};
 use crate::store::{self, CachingStore, ReplayCache, SealedStore, Store, StoreError};
-use crate::{admin, upstream};
+use crate::upstream::{PoolSettings, Upstream};
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +76,6 @@ impl Proxy {
         };
         let cache = Arc::new(ReplayCache::new(REPLAY_CACHE_BUDGET));
         let executions = TaskTracker::new();
-        let client = upstream::client();
         let routes = settings.routes.iter().map(|route| {
             let store = cached(&store, &cache, route);
             let layer = IdempotencyLayer::with_task_tracker(
@@ -83,11 +83,14 @@ impl Proxy {
                 route.policy.clone(),
                 executions.clone(),
             );
-            let upstream = upstream::Upstream::new(client.clone(), route.upstream.clone());
+            let pool = PoolSettings {
+                idle_timeout: route.upstream_idle_timeout,
+                ..PoolSettings::default()
+            };
             Route {
                 path_prefix: route.path_prefix.clone(),
                 host: route.host.clone(),
-                service: layer.layer(upstream),
+                service: layer.layer(Upstream::new(route.upstream.clone(), pool)),
             }
         });
         let app = App {

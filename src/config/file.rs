@@ -127,6 +127,7 @@ policy_keys! {
     concurrent: ConcurrentPolicy,
     wait_timeout: String,
     upstream_timeout: String,
+    upstream_idle_timeout: String,
     max_request_body: ByteSize,
     max_cached_body: ByteSize,
     release_on: Vec<i64>,

@@ -59,6 +59,7 @@ fn route(route: &RouteSettings) -> Spanned<RouteTable> {
     };
     let mut keys = policy(&route.policy);
     keys.replay_cache_ttl = unspanned(humane(route.replay_cache_ttl));
+    keys.upstream_idle_timeout = unspanned(humane(route.upstream_idle_timeout));
     Spanned::new(0..0, RouteTable::join(head, keys))
 }
 
@@ -98,6 +99,8 @@ fn policy(policy: &Policy) -> PolicyTable {
         concurrent: unspanned(policy.concurrent),
         wait_timeout: unspanned(humane(policy.wait_timeout)),
         upstream_timeout: unspanned(humane(policy.upstream_timeout)),
+        // A route key, not a policy one: `route` fills it in.
+        upstream_idle_timeout: None,
         max_request_body: unspanned(policy.max_request_body),
         max_cached_body: unspanned(policy.max_cached_body),
         release_on: unspanned(

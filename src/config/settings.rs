@@ -79,6 +79,8 @@ pub struct RouteSettings {
     pub host: Option<String>,
     /// `http://HOST:PORT[/path]`.
     pub upstream: http::Uri,
+    /// How long an idle connection to the upstream is kept (`upstream_idle_timeout`).
+    pub upstream_idle_timeout: Duration,
     /// `policy.route` is the route's name.
     pub policy: Policy,
     /// How long a replica answers a replay from its own copy of a completed record; an
@@ -89,6 +91,8 @@ pub struct RouteSettings {
 impl RouteSettings {
     /// The `replay_cache_ttl` when no table sets one.
     pub const DEFAULT_REPLAY_CACHE_TTL: Duration = Duration::from_secs(1);
+    /// The `upstream_idle_timeout` when no table sets one (SPEC section 14).
+    pub const DEFAULT_UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
 }
 
 /// What one client may cost the proxy (SPEC section 8, top-level keys).
