@@ -314,7 +314,10 @@ fn report(cluster: &RedisCluster, prefix: &str, answers: &HashMap<String, Vec<An
         }
     }
     let total = KEYS * COPIES;
-    let held = on_crashed.len();
+    let held = on_crashed
+        .iter()
+        .filter(|k| answers.contains_key(*k))
+        .count();
     eprintln!("503s of {total}: {crashed} on the crashed master's {held} keys, {others} on others");
 }
 
