@@ -164,8 +164,9 @@ struct Attempt {
 }
 
 impl Attempt {
-    /// Any answer, even an error reply, shows the connection works; only errors of its own
-    /// (broken connections, time-outs, no node for the slot) count as failures.
+    /// Any reply, even an error reply such as `NOSCRIPT`, shows the connection works. Failures
+    /// are the errors the client makes itself or that outlive its retries: broken connections,
+    /// time-outs, no node for a slot, a cluster that stays down.
     fn settle<T>(mut self, answer: RedisResult<T>) -> RedisResult<T> {
         self.settled = true;
         self.shared.record(self.generation, answer.is_ok());
