@@ -25,6 +25,7 @@ mod proxy;
 mod router;
 mod secret;
 mod server;
+mod status;
 pub mod store;
 mod telemetry;
 pub mod units;
@@ -36,7 +37,9 @@ pub use idempotency::{IdempotencyLayer, IdempotencyService, Policy};
 pub use problem::{ProblemBase, ProblemLayer, ProblemService};
 pub use proxy::{Proxy, StartError};
 pub use secret::Secret;
+pub use status::{config_digest, InboxQueues, InboxStats, Status};
 pub use store::{Store, StoreError};
+pub use telemetry::{Metric, MetricKind, METRICS};
 
 /// The boxed error inner services and bodies may fail with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -28,8 +28,9 @@ use crate::problem::ProblemLayer;
 use crate::router::{Route, Router};
 use crate::secret::Secret;
 use crate::server::{self, App};
+use crate::status::Status;
 use crate::store::{self, CachingStore, ReplayCache, SealedStore, Store, StoreError};
-use crate::{admin, upstream};
+use crate::{admin, telemetry, upstream};
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +59,7 @@ pub struct Proxy {
     executions: TaskTracker,
     admin_token: Option<Secret>,
     drain_timeout: Duration,
+    status: Arc<Status>,
 }
 
 /// The bytes of completed records a proxy keeps in memory for replays.
@@ -112,6 +114,7 @@ impl Proxy {
             executions,
             admin_token: settings.admin_token.clone(),
             drain_timeout: settings.drain_timeout,
+            status: Arc::new(Status::new(settings)),
         }
     }
 
@@ -127,8 +130,14 @@ impl Proxy {
         let records = admin::Records {
             store: self.store.clone(),
             policies: self.policies.clone(),
+            status: self.status.clone(),
         };
         admin::router(records, self.admin_token.clone())
+    }
+
+    /// What the admin status page reports; tell it when a new config is applied or refused.
+    pub fn status(&self) -> &Arc<Status> {
+        &self.status
     }
 
     /// Serves clients on `listener` until `shutdown` resolves, then drains: open connections,
@@ -187,7 +196,7 @@ pub(crate) async fn serve(
     settings: Settings,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
-    admin::describe_metrics();
+    telemetry::describe_metrics();
     let proxy = Proxy::open(&settings).await?;
     let listener = bind(settings.listen).await?;
     let admin = match settings.admin_listen {

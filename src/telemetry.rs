@@ -1,9 +1,11 @@
-//! One place that reports what happened to a request: a log line and the request counter.
+//! One place that reports what happened to a request: a log line, the request counter and the
+//! status page's record of it; and the table of every metric the proxy exports.
 //!
 //! Logs carry a short digest of the scoped key, never the key, a secret header or a body:
 //! idempotency keys are often guessable customer data, and a log is read by many people.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -11,6 +13,7 @@ use http::Response;
 
 use crate::error::{Cause, ProxyError};
 use crate::model::RouteName;
+use crate::status::activity::RouteActivity;
 
 /// The counter of requests by route and outcome (SPEC section 7).
 pub(crate) const REQUESTS_TOTAL: &str = "idempotency_requests_total";
@@ -22,6 +25,128 @@ pub(crate) const UPSTREAM_SECONDS: &str = "idempotency_upstream_seconds";
 pub(crate) const IN_FLIGHT: &str = "idempotency_in_flight";
 /// Requests that went upstream without deduplication because the store failed (`fail_open`).
 pub(crate) const FAIL_OPEN_TOTAL: &str = "idempotency_fail_open_total";
+
+/// What kind of series a metric is, as Prometheus names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// Only goes up.
+    Counter,
+    /// Goes up and down.
+    Gauge,
+    /// Observations in buckets (`_bucket`, `_sum`, `_count` series), in seconds.
+    Histogram,
+}
+
+/// One metric the proxy exports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Metric {
+    /// The name as scraped.
+    pub name: &'static str,
+    /// Counter, gauge or histogram.
+    pub kind: MetricKind,
+    /// The `# HELP` text.
+    pub help: &'static str,
+    /// Its labels.
+    pub labels: &'static [&'static str],
+}
+
+const fn metric(
+    name: &'static str,
+    kind: MetricKind,
+    labels: &'static [&'static str],
+    help: &'static str,
+) -> Metric {
+    Metric {
+        name,
+        kind,
+        help,
+        labels,
+    }
+}
+
+/// Every metric the proxy exports (SPEC sections 7, 10 and 11): the one list that describes
+/// them to the recorder, and that dashboards and alerts are checked against.
+pub const METRICS: &[Metric] = &[
+    metric(
+        REQUESTS_TOTAL,
+        MetricKind::Counter,
+        &["route", "outcome"],
+        "Requests by route and outcome",
+    ),
+    metric(
+        FAIL_OPEN_TOTAL,
+        MetricKind::Counter,
+        &["route"],
+        "Requests forwarded without deduplication because the store failed",
+    ),
+    metric(
+        IN_FLIGHT,
+        MetricKind::Gauge,
+        &["route"],
+        "First requests running upstream now",
+    ),
+    metric(
+        STORE_SECONDS,
+        MetricKind::Histogram,
+        &["op"],
+        "Store operation latency",
+    ),
+    metric(
+        UPSTREAM_SECONDS,
+        MetricKind::Histogram,
+        &["route"],
+        "Upstream latency",
+    ),
+    metric(
+        "idempotency_inbox_accepted_total",
+        MetricKind::Counter,
+        &["route"],
+        "Inbox requests stored for delivery",
+    ),
+    metric(
+        "idempotency_inbox_attempts_total",
+        MetricKind::Counter,
+        &["route", "result"],
+        "Inbox delivery attempts by result: delivered, failed, dead",
+    ),
+    metric(
+        "idempotency_inbox_pending",
+        MetricKind::Gauge,
+        &["route"],
+        "Inbox deliveries waiting for an attempt",
+    ),
+    metric(
+        "idempotency_inbox_oldest_pending_seconds",
+        MetricKind::Gauge,
+        &["route"],
+        "Age of the oldest pending inbox delivery",
+    ),
+    metric(
+        "idempotency_inbox_delivery_seconds",
+        MetricKind::Histogram,
+        &["route"],
+        "Inbox delivery attempt latency",
+    ),
+    metric(
+        "idempotency_config_reloads_total",
+        MetricKind::Counter,
+        &["result"],
+        "Config reloads by result: ok, error",
+    ),
+];
+
+/// Describes every metric of [`METRICS`] to the installed recorder.
+pub(crate) fn describe_metrics() {
+    for m in METRICS {
+        match m.kind {
+            MetricKind::Counter => metrics::describe_counter!(m.name, m.help),
+            MetricKind::Gauge => metrics::describe_gauge!(m.name, m.help),
+            MetricKind::Histogram => {
+                metrics::describe_histogram!(m.name, metrics::Unit::Seconds, m.help);
+            }
+        }
+    }
+}
 
 /// What the proxy did with a request, as named in metrics and logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +188,8 @@ impl fmt::Display for RequestOutcome {
     }
 }
 
-const OUTCOMES: [RequestOutcome; 7] = [
+/// Every outcome, in the order of their discriminants.
+pub(crate) const OUTCOMES: [RequestOutcome; 7] = [
     RequestOutcome::Forwarded,
     RequestOutcome::Replayed,
     RequestOutcome::Conflict,
@@ -84,6 +210,8 @@ pub(crate) struct RouteMetrics {
     upstream: metrics::Histogram,
     reserve: metrics::Histogram,
     complete: metrics::Histogram,
+    /// What the status page shows of the route.
+    activity: Arc<RouteActivity>,
 }
 
 impl RouteMetrics {
@@ -99,6 +227,7 @@ impl RouteMetrics {
             upstream: metrics::histogram!(UPSTREAM_SECONDS, "route" => name()),
             reserve: metrics::histogram!(STORE_SECONDS, "op" => "reserve"),
             complete: metrics::histogram!(STORE_SECONDS, "op" => "complete"),
+            activity: RouteActivity::of(route),
         }
     }
 
@@ -112,12 +241,14 @@ impl RouteMetrics {
         elapsed: Duration,
     ) {
         self.requests[outcome as usize].increment(1);
+        let status = response.status().as_u16();
+        self.activity.request_finished(outcome, status, key_id);
         let problem = response.extensions().get::<ProxyError>();
         let cause = response.extensions().get::<Cause>();
         tracing::info!(
             route = self.route.as_str(),
             outcome = outcome.as_str(),
-            status = response.status().as_u16(),
+            status,
             latency_ms = elapsed.as_secs_f64() * 1000.0,
             key = key_id.unwrap_or("-"),
             problem = problem.map(ProxyError::problem_type),
@@ -127,9 +258,10 @@ impl RouteMetrics {
     }
 
     /// Counts a first request as running upstream until the guard is dropped.
-    pub(crate) fn in_flight(&self) -> InFlightGuard {
+    pub(crate) fn in_flight(&self) -> InFlightGuard<'_> {
         self.in_flight.increment(1.0);
-        InFlightGuard(self.in_flight.clone())
+        self.activity.in_flight_moved(1);
+        InFlightGuard(self)
     }
 
     /// How long the upstream took to answer (headers and the buffered body).
@@ -140,11 +272,13 @@ impl RouteMetrics {
     /// How long reserving a key in the store took.
     pub(crate) fn reserved(&self, elapsed: Duration) {
         self.reserve.record(elapsed.as_secs_f64());
+        self.activity.store_operation(elapsed);
     }
 
     /// How long storing an outcome took.
     pub(crate) fn completed(&self, elapsed: Duration) {
         self.complete.record(elapsed.as_secs_f64());
+        self.activity.store_operation(elapsed);
     }
 
     /// A request forwarded without deduplication because the store failed (`fail_open`).
@@ -154,11 +288,12 @@ impl RouteMetrics {
 }
 
 /// Counts a first request as running upstream until dropped.
-pub(crate) struct InFlightGuard(metrics::Gauge);
+pub(crate) struct InFlightGuard<'a>(&'a RouteMetrics);
 
-impl Drop for InFlightGuard {
+impl Drop for InFlightGuard<'_> {
     fn drop(&mut self) {
-        self.0.decrement(1.0);
+        self.0.in_flight.decrement(1.0);
+        self.0.activity.in_flight_moved(-1);
     }
 }
 
