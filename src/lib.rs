@@ -19,6 +19,7 @@ mod framing;
 pub mod fuzzing;
 mod headers;
 pub mod idempotency;
+mod metric_catalog;
 pub mod model;
 mod problem;
 mod proxy;
@@ -34,12 +35,25 @@ mod upstream;
 pub use cli::run as run_command_line;
 pub use error::ProxyError;
 pub use idempotency::{IdempotencyLayer, IdempotencyService, Policy};
+pub use metric_catalog::{Metric, MetricKind, METRICS};
 pub use problem::{ProblemBase, ProblemLayer, ProblemService};
 pub use proxy::{Proxy, StartError};
 pub use secret::Secret;
 pub use status::{config_digest, InboxQueues, InboxStats, Status};
 pub use store::{Store, StoreError};
-pub use telemetry::{Metric, MetricKind, METRICS};
+
+/// The recording every request does (metrics, its log line, the status page's counts),
+/// reachable for `benches/hot_paths.rs`. Not part of the proxy's API.
+#[doc(hidden)]
+pub mod recording {
+    pub use crate::status::activity::RouteActivity;
+    pub use crate::telemetry::{RequestOutcome, RouteMetrics};
+
+    /// Installs the process-wide Prometheus recorder, as the proxy does before building routes.
+    pub fn install_recorder() {
+        crate::admin::metrics_handle();
+    }
+}
 
 /// The boxed error inner services and bodies may fail with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

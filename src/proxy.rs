@@ -30,7 +30,7 @@ use crate::secret::Secret;
 use crate::server::{self, App};
 use crate::status::Status;
 use crate::store::{self, CachingStore, ReplayCache, SealedStore, Store, StoreError};
-use crate::{admin, telemetry, upstream};
+use crate::{admin, metric_catalog, upstream};
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -196,7 +196,7 @@ pub(crate) async fn serve(
     settings: Settings,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
-    telemetry::describe_metrics();
+    metric_catalog::describe_metrics();
     let proxy = Proxy::open(&settings).await?;
     let listener = bind(settings.listen).await?;
     let admin = match settings.admin_listen {

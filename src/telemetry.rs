@@ -1,5 +1,5 @@
 //! One place that reports what happened to a request: a log line, the request counter and the
-//! status page's record of it; and the table of every metric the proxy exports.
+//! status page's record of it.
 //!
 //! Logs carry a short digest of the scoped key, never the key, a secret header or a body:
 //! idempotency keys are often guessable customer data, and a log is read by many people.
@@ -25,133 +25,13 @@ pub(crate) const UPSTREAM_SECONDS: &str = "idempotency_upstream_seconds";
 pub(crate) const IN_FLIGHT: &str = "idempotency_in_flight";
 /// Requests that went upstream without deduplication because the store failed (`fail_open`).
 pub(crate) const FAIL_OPEN_TOTAL: &str = "idempotency_fail_open_total";
-
-/// What kind of series a metric is, as Prometheus names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetricKind {
-    /// Only goes up.
-    Counter,
-    /// Goes up and down.
-    Gauge,
-    /// Observations in buckets (`_bucket`, `_sum`, `_count` series), in seconds.
-    Histogram,
-}
-
-/// One metric the proxy exports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Metric {
-    /// The name as scraped.
-    pub name: &'static str,
-    /// Counter, gauge or histogram.
-    pub kind: MetricKind,
-    /// The `# HELP` text.
-    pub help: &'static str,
-    /// Its labels.
-    pub labels: &'static [&'static str],
-}
-
-const fn metric(
-    name: &'static str,
-    kind: MetricKind,
-    labels: &'static [&'static str],
-    help: &'static str,
-) -> Metric {
-    Metric {
-        name,
-        kind,
-        help,
-        labels,
-    }
-}
-
-/// Every metric the proxy exports (SPEC sections 7, 10 and 11): the one list that describes
-/// them to the recorder, and that dashboards and alerts are checked against.
-pub const METRICS: &[Metric] = &[
-    metric(
-        REQUESTS_TOTAL,
-        MetricKind::Counter,
-        &["route", "outcome"],
-        "Requests by route and outcome",
-    ),
-    metric(
-        FAIL_OPEN_TOTAL,
-        MetricKind::Counter,
-        &["route"],
-        "Requests forwarded without deduplication because the store failed",
-    ),
-    metric(
-        IN_FLIGHT,
-        MetricKind::Gauge,
-        &["route"],
-        "First requests running upstream now",
-    ),
-    metric(
-        STORE_SECONDS,
-        MetricKind::Histogram,
-        &["op"],
-        "Store operation latency",
-    ),
-    metric(
-        UPSTREAM_SECONDS,
-        MetricKind::Histogram,
-        &["route"],
-        "Upstream latency",
-    ),
-    metric(
-        "idempotency_inbox_accepted_total",
-        MetricKind::Counter,
-        &["route"],
-        "Inbox requests stored for delivery",
-    ),
-    metric(
-        "idempotency_inbox_attempts_total",
-        MetricKind::Counter,
-        &["route", "result"],
-        "Inbox delivery attempts by result: delivered, failed, dead",
-    ),
-    metric(
-        "idempotency_inbox_pending",
-        MetricKind::Gauge,
-        &["route"],
-        "Inbox deliveries waiting for an attempt",
-    ),
-    metric(
-        "idempotency_inbox_oldest_pending_seconds",
-        MetricKind::Gauge,
-        &["route"],
-        "Age of the oldest pending inbox delivery",
-    ),
-    metric(
-        "idempotency_inbox_delivery_seconds",
-        MetricKind::Histogram,
-        &["route"],
-        "Inbox delivery attempt latency",
-    ),
-    metric(
-        "idempotency_config_reloads_total",
-        MetricKind::Counter,
-        &["result"],
-        "Config reloads by result: ok, error",
-    ),
-];
-
-/// Describes every metric of [`METRICS`] to the installed recorder.
-pub(crate) fn describe_metrics() {
-    for m in METRICS {
-        match m.kind {
-            MetricKind::Counter => metrics::describe_counter!(m.name, m.help),
-            MetricKind::Gauge => metrics::describe_gauge!(m.name, m.help),
-            MetricKind::Histogram => {
-                metrics::describe_histogram!(m.name, metrics::Unit::Seconds, m.help);
-            }
-        }
-    }
-}
+/// Requests answered `503 store-unavailable` (`fail_closed`), by route.
+pub(crate) const STORE_UNAVAILABLE_TOTAL: &str = "idempotency_store_unavailable_total";
 
 /// What the proxy did with a request, as named in metrics and logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
-pub(crate) enum RequestOutcome {
+pub enum RequestOutcome {
     /// First request with its key: sent upstream, outcome stored.
     Forwarded,
     /// Answered from the store.
@@ -169,7 +49,8 @@ pub(crate) enum RequestOutcome {
 }
 
 impl RequestOutcome {
-    pub(crate) fn as_str(self) -> &'static str {
+    /// The name metrics and logs use.
+    pub fn as_str(self) -> &'static str {
         match self {
             RequestOutcome::Forwarded => "forwarded",
             RequestOutcome::Replayed => "replayed",
@@ -202,10 +83,11 @@ pub(crate) const OUTCOMES: [RequestOutcome; 7] = [
 /// One route's metric handles, registered once when the route is built, so the request path
 /// does no registry look-ups. Build it after installing the metrics recorder.
 #[derive(Debug, Clone)]
-pub(crate) struct RouteMetrics {
+pub struct RouteMetrics {
     route: RouteName,
     requests: [metrics::Counter; 7],
     fail_open: metrics::Counter,
+    store_unavailable: metrics::Counter,
     in_flight: metrics::Gauge,
     upstream: metrics::Histogram,
     reserve: metrics::Histogram,
@@ -215,7 +97,8 @@ pub(crate) struct RouteMetrics {
 }
 
 impl RouteMetrics {
-    pub(crate) fn new(route: &RouteName) -> Self {
+    /// Registers the route's metrics and finds its status page activity.
+    pub fn new(route: &RouteName) -> Self {
         let name = || route.as_str().to_owned();
         Self {
             route: route.clone(),
@@ -223,6 +106,7 @@ impl RouteMetrics {
                 |o| metrics::counter!(REQUESTS_TOTAL, "route" => name(), "outcome" => o.as_str()),
             ),
             fail_open: metrics::counter!(FAIL_OPEN_TOTAL, "route" => name()),
+            store_unavailable: metrics::counter!(STORE_UNAVAILABLE_TOTAL, "route" => name()),
             in_flight: metrics::gauge!(IN_FLIGHT, "route" => name()),
             upstream: metrics::histogram!(UPSTREAM_SECONDS, "route" => name()),
             reserve: metrics::histogram!(STORE_SECONDS, "op" => "reserve"),
@@ -233,7 +117,7 @@ impl RouteMetrics {
 
     /// Logs and counts one finished request. `key_id` is the scoped key's short digest, if
     /// any; the problem the proxy answered and the cause of a failure are read off the response.
-    pub(crate) fn request_finished(
+    pub fn request_finished(
         &self,
         outcome: RequestOutcome,
         response: &Response<Body>,
@@ -244,6 +128,9 @@ impl RouteMetrics {
         let status = response.status().as_u16();
         self.activity.request_finished(outcome, status, key_id);
         let problem = response.extensions().get::<ProxyError>();
+        if matches!(problem, Some(ProxyError::StoreUnavailable)) {
+            self.store_unavailable.increment(1);
+        }
         let cause = response.extensions().get::<Cause>();
         tracing::info!(
             route = self.route.as_str(),

@@ -18,7 +18,7 @@ use crate::telemetry::{RequestOutcome, OUTCOMES};
 
 /// What one route did lately; see the module docs for what recording costs.
 #[derive(Debug, Default)]
-pub(crate) struct RouteActivity {
+pub struct RouteActivity {
     totals: [AtomicU64; OUTCOMES.len()],
     per_second: SecondCounts,
     in_flight: AtomicI64,
@@ -28,7 +28,7 @@ pub(crate) struct RouteActivity {
 
 impl RouteActivity {
     /// The activity of the route named `route`, shared by every layer built for that name.
-    pub(crate) fn of(route: &RouteName) -> Arc<Self> {
+    pub fn of(route: &RouteName) -> Arc<Self> {
         static ROUTES: OnceLock<Mutex<HashMap<RouteName, Arc<RouteActivity>>>> = OnceLock::new();
         let routes = ROUTES.get_or_init(Mutex::default);
         let mut routes = routes.lock().unwrap_or_else(PoisonError::into_inner);
@@ -36,12 +36,7 @@ impl RouteActivity {
     }
 
     /// Counts one finished request and keeps it among the last decisions.
-    pub(crate) fn request_finished(
-        &self,
-        outcome: RequestOutcome,
-        status: u16,
-        key_id: Option<&str>,
-    ) {
+    pub fn request_finished(&self, outcome: RequestOutcome, status: u16, key_id: Option<&str>) {
         let at_ms = now_millis();
         self.totals[outcome as usize].fetch_add(1, Relaxed);
         self.per_second.add(at_ms / 1000, outcome);
