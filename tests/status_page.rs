@@ -305,3 +305,60 @@ async fn with_an_admin_token_the_page_asks_for_it_before_showing_anything() {
         "and shows no route before it has one"
     );
 }
+
+/// The counter of requests refused because the store failed, for `route`.
+fn store_unavailable_total(metrics: &str, route: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("idempotency_store_unavailable_total{"))
+        .filter(|l| l.contains(&format!("route=\"{route}\"")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_dead_store_shows_as_unreachable_and_its_refusals_are_counted() {
+    let Some(mut redis) = common::redis_server::RedisServer::start().await else {
+        return;
+    };
+    let upstream = TestUpstream::start().await;
+    let store = idempotency_proxy::store::RedisStore::connect(&redis.url(), "status-page")
+        .await
+        .unwrap()
+        .with_op_timeout(Duration::from_millis(500));
+    let toml = format!(
+        "store = \"redis://127.0.0.1:{}\"\n[[routes]]\nname = \"dead-store\"\npath_prefix = \"/\"\nupstream = \"{}\"\n",
+        redis.port(),
+        upstream.url()
+    );
+    let proxy = TestProxy::start(&toml, Arc::new(store)).await;
+    assert_eq!(post(&proxy.client, "/v1/x", "before", body(1)).await, 201);
+    let status = proxy.admin.send("GET", "/status", &[], "").await.json();
+    assert_eq!(status["store"]["kind"], "redis");
+    assert_eq!(status["store"]["health"], "ok");
+    assert!(
+        status["store"]["latency"]["samples"].as_u64() >= Some(2),
+        "reserve and complete"
+    );
+
+    redis.kill();
+    assert_eq!(
+        post(&proxy.client, "/v1/x", "while-dead", body(2)).await,
+        503
+    );
+    let status = proxy.admin.send("GET", "/status", &[], "").await.json();
+    assert_ne!(status["store"]["health"], "ok");
+    assert_eq!(status["routes"][0]["totals"]["rejected"], 1);
+    let text = status.to_string();
+    assert!(
+        !text.contains("127.0.0.1") && !text.contains("redis://"),
+        "the store's address is not shown: {text}"
+    );
+    let metrics = proxy.admin.send("GET", "/metrics", &[], "").await;
+    let metrics = String::from_utf8_lossy(&metrics.body);
+    assert_eq!(
+        store_unavailable_total(&metrics, "dead-store"),
+        1,
+        "{metrics}"
+    );
+}
