@@ -1,9 +1,10 @@
 //! Step 5 of a request's life (SPEC section 3): the first request with a key goes upstream, its
 //! lease is renewed while the upstream works, and its outcome is stored or its key freed.
 //!
-//! All of it runs in a task of its own, so a client that hangs up does not cancel the
-//! operation halfway: the upstream call runs to its end and its outcome is recorded, and the
-//! client's retry gets the replay instead of a second execution.
+//! It runs in the request's own task, and moves to a task of its own if the client hangs up
+//! (`detach.rs`), so a client that leaves does not cancel the operation halfway: the upstream
+//! call runs to its end and its outcome is recorded, and the client's retry gets the replay
+//! instead of a second execution.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -16,6 +17,7 @@ use tower::ServiceExt;
 use super::admit::KeyedRequest;
 use super::buffer::{buffer, BufferedBody};
 use super::context::{AnswerBody, Context, Inner};
+use super::detach::Detachable;
 use super::policy::{AmbiguousPolicy, ConcurrentPolicy, Outcome};
 use crate::error::{Cause, ProxyError, UpstreamFailure};
 use crate::headers::storable_response_headers;
@@ -47,8 +49,7 @@ enum Answer {
 }
 
 impl Execution {
-    /// Runs `request`, whose key `token` holds, in its own task, and waits for the answer to
-    /// give the client.
+    /// Runs `request`, whose key `token` holds, to its end, even if the caller stops waiting.
     pub(super) async fn run<S, B>(
         ctx: Arc<Context>,
         inner: S,
@@ -65,16 +66,8 @@ impl Execution {
             token,
             ctx: ctx.clone(),
         };
-        let task = execution.execute(inner, request.into_request());
-        match ctx.tasks.spawn(task).await {
-            Ok(answer) => answer,
-            Err(panic) => {
-                // The record stays in flight and frees when its lease runs out.
-                tracing::error!(error = %panic, "the upstream task failed");
-                let answer = ProxyError::UpstreamUnavailable.into_response();
-                (answer, RequestOutcome::Rejected)
-            }
-        }
+        let work = execution.execute(inner, request.into_request());
+        Detachable::new(work, &ctx.tasks).await
     }
 
     async fn execute<S, B>(

@@ -8,6 +8,7 @@
 mod admit;
 mod buffer;
 mod context;
+mod detach;
 mod execute;
 pub(crate) mod extract;
 mod flow;
