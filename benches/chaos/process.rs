@@ -1,0 +1,138 @@
+//! The processes a campaign starts (proxies, `redis-server`s), and the signals the nemesis
+//! sends them. Each is addressed by its PID only.
+//!
+//! Every PID is also written to the run directory's `pids` file, so `run.sh` can stop what is
+//! left (by PID, after checking the process still names the run directory) should the campaign
+//! itself be killed. A process is killed when its handle is dropped.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+pub struct Process {
+    program: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
+    pids: PathBuf,
+    child: Option<Child>,
+}
+
+impl Process {
+    /// A process not started yet; its stdout and stderr go to `log`, appended over restarts.
+    pub fn new(program: impl Into<PathBuf>, args: Vec<String>, log: PathBuf, run: &Path) -> Self {
+        Self {
+            program: program.into(),
+            args,
+            log,
+            pids: run.join("pids"),
+            child: None,
+        }
+    }
+
+    pub fn spawn(&mut self) -> std::io::Result<()> {
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let child = Command::new(&self.program)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()?;
+        if let Some(pid) = child.id() {
+            let mut pids = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.pids)?;
+            writeln!(pids, "{pid}")?;
+        }
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL, as a crash or the OOM killer would, and reap it.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let Some(pid) = self.child.as_ref().and_then(Child::id) else {
+            return;
+        };
+        let sent = std::process::Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status();
+        if !sent.is_ok_and(|s| s.success()) {
+            eprintln!("chaos: kill {signal} {pid} failed");
+        }
+    }
+
+    /// Whether the process has ended (a proxy that could not reach its store at start does).
+    pub fn exited(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => !matches!(child.try_wait(), Ok(None)),
+            None => true,
+        }
+    }
+}
+
+/// Waits until something accepts connections on `port` and, with `ping`, answers a Redis
+/// `PING`; gives up after `limit`, or as soon as `exited` says the process is gone.
+pub async fn wait_ready(
+    port: u16,
+    ping: bool,
+    limit: Duration,
+    mut exited: impl FnMut() -> bool,
+) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if answers(port, ping).await {
+            return true;
+        }
+        if exited() {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+async fn answers(port: u16, ping: bool) -> bool {
+    let attempt = async {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        if !ping {
+            return Some(true);
+        }
+        stream.write_all(b"PING\r\n").await.ok()?;
+        let mut reply = [0u8; 7];
+        stream.read_exact(&mut reply).await.ok()?;
+        Some(&reply == b"+PONG\r\n")
+    };
+    let answered = tokio::time::timeout(Duration::from_millis(500), attempt).await;
+    matches!(answered, Ok(Some(true)))
+}
+
+/// A loopback port nothing listens on right now.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    listener.local_addr().expect("a bound address").port()
+}
