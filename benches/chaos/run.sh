@@ -7,11 +7,13 @@
 #                        [--seed N] [--clients M]
 #
 # The histories go to a temporary directory, removed after a clean run and kept otherwise
-# (CHAOS_DIR=path picks the directory and always keeps it).
+# (CHAOS_DIR=path picks the directory and always keeps it). CHAOS_PROXY=path runs the campaign
+# against that proxy binary instead of building this tree's, to compare two builds on one seed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-cargo build --release --quiet
+proxy=${CHAOS_PROXY:-target/release/idempotency-proxy}
+[ -n "${CHAOS_PROXY:-}" ] || cargo build --release --quiet
 cargo build --release --quiet --example chaos
 
 if [ -n "${CHAOS_DIR:-}" ]; then
@@ -41,7 +43,7 @@ stop_leftovers() {
 trap stop_leftovers EXIT
 
 status=0
-target/release/examples/chaos run --dir "$dir" --binary target/release/idempotency-proxy "$@" ||
+target/release/examples/chaos run --dir "$dir" --binary "$proxy" "$@" ||
   status=$?
 
 if [ "$status" -eq 0 ] && [ "$keep" -eq 0 ]; then
