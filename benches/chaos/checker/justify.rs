@@ -5,9 +5,10 @@
 //! happens in three ways, each with a window in which it must have happened:
 //!
 //! - **paused holder** (allowed): the proxy that ran it was stopped (SIGSTOP) long enough for its
-//!   lease to run out, while it held the key, and before any client had the first answer. Or,
-//!   the other way round, a proxy that reserved the key was stopped before forwarding, the key
-//!   was taken and run elsewhere, and the stopped proxy forwarded it when it woke.
+//!   lease to run out while it held the key (working on it, or reserved and about to forward
+//!   it), before any client had the first answer. Or, the other way round, a proxy that
+//!   reserved the key was stopped before forwarding, the key was taken and run elsewhere, and
+//!   the stopped proxy forwarded it when it woke.
 //! - **killed holder** (allowed): the proxy that ran it was killed while it held the key, before
 //!   any client had the first answer: SPEC section 5, "a proxy that dies stops renewing, and the
 //!   key becomes free again when the lease runs out".
@@ -18,7 +19,7 @@
 //!
 //! Anything else is a forbidden second run.
 
-use crate::history::{Execution, Fault, FaultKind};
+use crate::history::{Attempt, Execution, Fault, FaultKind};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Class {
@@ -111,11 +112,18 @@ impl Faults {
         }
     }
 
-    /// How a run (`later`) after an `earlier` run of the same operation is judged.
-    /// `answered` is when a client first had the earlier run's answer, if it had it before.
-    pub fn rerun(&self, earlier: &Execution, later: &Execution, answered: Option<u64>) -> Class {
+    /// How a run (`later`) after an `earlier` run of the same operation is judged, given the
+    /// operation's requests. `answered` is when a client first had the earlier run's answer, if
+    /// it had it before.
+    pub fn rerun(
+        &self,
+        earlier: &Execution,
+        later: &Execution,
+        answered: Option<u64>,
+        requests: &[&Attempt],
+    ) -> Class {
         let answered = answered.unwrap_or(u64::MAX);
-        if self.paused_holder(earlier, later, answered) {
+        if self.paused_holder(earlier, later, answered, requests) {
             Class::PausedHolder
         } else if self.killed_holder(earlier, later, answered) {
             Class::KilledHolder
@@ -126,26 +134,51 @@ impl Faults {
         }
     }
 
-    /// Could a pause have let the lease run out: the earlier run's proxy paused while holding
-    /// the key (and before its answer reached anyone), or the later run's proxy paused between
-    /// reserving and forwarding.
-    fn paused_holder(&self, earlier: &Execution, later: &Execution, answered: u64) -> bool {
+    /// Could a pause have let the lease run out: the earlier run's proxy paused while it held
+    /// the key, before its answer reached anyone and long enough before the later run; or the
+    /// later run's proxy paused between reserving and forwarding, and the earlier run took
+    /// the key meanwhile.
+    fn paused_holder(
+        &self,
+        earlier: &Execution,
+        later: &Execution,
+        answered: u64,
+        requests: &[&Attempt],
+    ) -> bool {
         let expired_by = |pause: Window, t: u64| pause.start + self.lease / 2 <= t + SLACK;
-        let long_enough = |pause: Window| pause.len() + SLACK >= self.lease / 2;
-        let holder = self.pauses_of(earlier.via).any(|p| {
-            long_enough(p)
-                && p.start + SLACK >= earlier.t
-                && p.start <= earlier.t + self.upstream_timeout + SLACK
-                && p.start < answered
-                && expired_by(p, later.t)
-        });
-        let late_forward = self.pauses_of(later.via).any(|p| {
-            long_enough(p)
-                && expired_by(p, earlier.t)
-                && p.end <= later.t + SLACK
-                && later.t <= p.end + 2 * SLACK
-        });
-        holder || late_forward
+        let mut holder = self.holding_pauses(earlier, requests);
+        let mut late = self
+            .holding_pauses(later, requests)
+            .filter(|p| self.forwarded_on_waking(later, *p, requests));
+        holder.any(|p| p.start < answered && expired_by(p, later.t))
+            || late.any(|p| expired_by(p, earlier.t))
+    }
+
+    /// The pauses, long enough to let a lease run out, of the proxy that ran `run`, during
+    /// which it held the key: it had forwarded the run and not answered yet, or it had
+    /// reserved the key and forwarded the run on waking.
+    fn holding_pauses<'a>(
+        &'a self,
+        run: &'a Execution,
+        requests: &'a [&'a Attempt],
+    ) -> impl Iterator<Item = Window> + 'a {
+        self.pauses_of(run.via).filter(move |p| {
+            let while_working =
+                p.start + SLACK >= run.t && p.start <= run.t + self.upstream_timeout + SLACK;
+            p.len() + SLACK >= self.lease / 2
+                && (while_working || self.forwarded_on_waking(run, *p, requests))
+        })
+    }
+
+    /// The run went upstream as its proxy woke, for a request that was in that proxy when it
+    /// was stopped (sent before, unanswered then; its client may have given up since, but the
+    /// proxy carries on with it).
+    fn forwarded_on_waking(&self, run: &Execution, pause: Window, requests: &[&Attempt]) -> bool {
+        let on_waking = run.t + SLACK >= pause.end && run.t <= pause.end + SLACK;
+        on_waking
+            && requests.iter().any(|a| {
+                a.replica == run.via && a.start <= pause.start + SLACK && a.end >= pause.start
+            })
     }
 
     /// The earlier run's proxy was killed while it held the key, before anyone had the answer.
@@ -166,12 +199,17 @@ impl Faults {
             .any(|o| o.start <= until && o.overlaps(earlier.t.saturating_sub(SLACK), held_until))
     }
 
-    /// Whether a pause of `proxy` began between a run and its answer (the holder woke to find
-    /// its lease gone, and answered with what it had).
-    pub fn paused_before_answer(&self, proxy: usize, run: u64, answered: u64) -> bool {
-        self.pauses_of(proxy).any(|p| {
-            p.start + SLACK >= run && p.start <= answered && p.len() + SLACK >= self.lease / 2
-        })
+    /// Whether the proxy that ran `run` was paused past the lease while it held the key,
+    /// before the run's answer was given at `answered` (it woke to find its lease gone, and
+    /// answered with what it had).
+    pub fn paused_before_answer(
+        &self,
+        run: &Execution,
+        answered: u64,
+        requests: &[&Attempt],
+    ) -> bool {
+        self.holding_pauses(run, requests)
+            .any(|p| p.start <= answered)
     }
 
     fn pauses_of(&self, proxy: usize) -> impl Iterator<Item = Window> + '_ {

@@ -111,9 +111,8 @@ impl Key<'_> {
         earlier
             .iter()
             .map(|e| {
-                self.context
-                    .faults
-                    .rerun(e, later, self.first_answer_of(e.exec, later.t))
+                let answered = self.first_answer_of(e.exec, later.t);
+                self.context.faults.rerun(e, later, answered, self.attempts)
             })
             .min()
             .unwrap_or(Class::Forbidden)
@@ -200,7 +199,7 @@ impl Key<'_> {
                 || self
                     .context
                     .faults
-                    .paused_before_answer(run.via, run.t, first.end)
+                    .paused_before_answer(run, first.end, self.attempts)
         })
     }
 

@@ -246,3 +246,35 @@ fn a_422_for_the_same_body_after_its_answer_means_the_answer_was_lost() {
     );
     assert_eq!((t.same_body_422, t.lost), (1, 1));
 }
+
+#[test]
+fn a_proxy_paused_between_reserving_and_forwarding_is_a_paused_holder_only_if_it_held_the_request()
+{
+    let pause = || vec![fault(FaultKind::ProxyPause, "proxy-0", 1000, 4990)];
+    // The request was in the proxy when it was stopped; it went upstream as the proxy woke,
+    // and its answer was never kept: the key ran again later.
+    let held = tally(
+        vec![run(4995, 1, 0), run(20000, 2, 0)],
+        vec![
+            answer((900, 5010), 1, false, "a"),
+            answer((19990, 20010), 2, false, "b"),
+        ],
+        pause(),
+    );
+    assert_eq!(
+        (reruns(&held, Class::PausedHolder), held.forbidden()),
+        (1, 0)
+    );
+    assert_eq!((held.unstored, held.lost), (1, 0));
+
+    // The request came after the proxy woke: the pause excuses nothing.
+    let after = tally(
+        vec![run(4995, 1, 0), run(20000, 2, 0)],
+        vec![
+            answer((4992, 5010), 1, false, "a"),
+            answer((19990, 20010), 2, false, "b"),
+        ],
+        pause(),
+    );
+    assert_eq!((after.forbidden(), after.lost), (1, 1));
+}
