@@ -19,6 +19,7 @@ use tokio::time::Instant;
 pub struct Process {
     program: PathBuf,
     args: Vec<String>,
+    env: Vec<(String, String)>,
     log: PathBuf,
     pids: PathBuf,
     child: Option<Child>,
@@ -30,10 +31,16 @@ impl Process {
         Self {
             program: program.into(),
             args,
+            env: Vec::new(),
             log,
             pids: run.join("pids"),
             child: None,
         }
+    }
+
+    pub fn with_env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.to_owned(), value.to_owned()));
+        self
     }
 
     pub fn spawn(&mut self) -> std::io::Result<()> {
@@ -43,6 +50,7 @@ impl Process {
             .open(&self.log)?;
         let child = Command::new(&self.program)
             .args(&self.args)
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

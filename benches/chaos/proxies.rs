@@ -76,9 +76,11 @@ pub async fn start(
         std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
         let args = vec!["--config".to_owned(), config.display().to_string()];
         let log = run.join(format!("proxy-{index}.log"));
+        // Warnings only (store and lease trouble): a line per request would fill the disk.
+        let process = Process::new(binary, args, log, run).with_env("RUST_LOG", "warn");
         let proxy = Proxy {
             port,
-            process: Mutex::new(Process::new(binary, args, log, run)),
+            process: Mutex::new(process),
         };
         if !proxy.start().await {
             return Err(format!(
