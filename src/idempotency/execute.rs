@@ -15,12 +15,12 @@ use super::buffer::{buffer, BufferedBody};
 use super::fingerprint::Fingerprint;
 use super::key::ScopedKey;
 use super::policy::{AmbiguousPolicy, ConcurrentPolicy, Outcome};
-use super::record::{FencingToken, Record, StoredBody};
+use super::record::{CompletedRecord, FencingToken, Record, StoredBody};
 use super::replay::{buffered, completed_record};
 use super::service::{AnswerBody, Inner, Shared};
 use super::RequestNotSent;
 use crate::error::ProxyError;
-use crate::store::Fenced;
+use crate::store::{Fenced, Reservation};
 use crate::telemetry::RequestOutcome;
 
 /// A reservation just acquired, and everything needed to see it through.
@@ -211,10 +211,7 @@ impl Execution {
                 Ok(Fenced::Applied) => return self.remember(&self.key, &record),
                 // A try that timed out may still have been applied: then the record is ours.
                 Ok(Fenced::LeaseLost) if attempt > 0 && self.stored_by_us().await => return,
-                Ok(Fenced::LeaseLost) => {
-                    tracing::warn!(key = %self.key.log_id(), "outcome not stored: the lease ran out and the key was taken over");
-                    return;
-                }
+                Ok(Fenced::LeaseLost) => return self.complete_after_the_lease(record).await,
                 Err(e) => {
                     tracing::warn!(key = %self.key.log_id(), attempt, error = %e, "storing the outcome failed");
                     tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
@@ -222,6 +219,48 @@ impl Execution {
             }
         }
         tracing::error!(key = %self.key.log_id(), "outcome not stored; the key frees when its lease runs out");
+    }
+
+    /// The lease ran out before the outcome reached the store: the store stalled or restarted,
+    /// or this process was paused. The operation has run all the same, and the client is about
+    /// to get its answer; so if nobody has taken the key since, the outcome is kept under a
+    /// fresh reservation, and a retry replays it instead of running the operation again. A
+    /// record another request made stands.
+    async fn complete_after_the_lease(&self, mut record: CompletedRecord) {
+        let log_id = self.key.log_id();
+        let reserved = self
+            .store
+            .reserve(&self.key, self.fingerprint, self.policy.lease)
+            .await;
+        let token = match reserved {
+            Ok(Reservation::Acquired(token)) => token,
+            Ok(Reservation::Completed(r)) if r.token == self.token => return,
+            Ok(_) => {
+                tracing::warn!(key = %log_id, "outcome not stored: the lease ran out and the key was taken over");
+                return;
+            }
+            Err(e) => {
+                tracing::error!(key = %log_id, error = %e, "outcome not stored: the lease ran out and the store cannot be reached");
+                return;
+            }
+        };
+        record.token = token;
+        match self
+            .store
+            .complete(&self.key, &record, self.policy.ttl)
+            .await
+        {
+            Ok(Fenced::Applied) => {
+                tracing::warn!(key = %log_id, "the lease ran out before the outcome was stored; stored under a fresh reservation");
+                self.remember(&self.key, &record);
+            }
+            Ok(Fenced::LeaseLost) => {
+                tracing::warn!(key = %log_id, "outcome not stored: the fresh reservation ran out too")
+            }
+            Err(e) => {
+                tracing::error!(key = %log_id, error = %e, "outcome not stored; the key frees when its lease runs out")
+            }
+        }
     }
 
     async fn stored_by_us(&self) -> bool {
