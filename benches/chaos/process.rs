@@ -139,8 +139,23 @@ async fn answers(port: u16, ping: bool) -> bool {
     matches!(answered, Ok(Some(true)))
 }
 
-/// A loopback port nothing listens on right now.
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-    listener.local_addr().expect("a bound address").port()
+/// A cluster node's bus listens on its client port plus this.
+pub const BUS_OFFSET: u16 = 10_000;
+
+/// `count` free loopback ports below the kernel's ephemeral range (32768 and up), each with the
+/// port a cluster bus would take free too. A process that is killed and restarted gets its
+/// port back: one from the ephemeral range could be taken meanwhile by an outgoing connection.
+pub fn low_ports(count: usize) -> Vec<u16> {
+    let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+    let any = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr());
+    let start = any.map_or(0, |a| a.port() as u32) ^ std::process::id();
+    let mut ports = Vec::new();
+    for i in 0..4000u32 {
+        let port = 12_000 + (start.wrapping_add(i.wrapping_mul(7_919)) % 10_000) as u16;
+        if ports.len() < count && !ports.contains(&port) && free(port) && free(port + BUS_OFFSET) {
+            ports.push(port);
+        }
+    }
+    assert_eq!(ports.len(), count, "no {count} free loopback ports");
+    ports
 }

@@ -69,8 +69,8 @@ pub async fn start(
     run: &Path,
 ) -> Result<Vec<Proxy>, String> {
     let mut proxies = Vec::new();
-    for (index, upstream) in upstream_ports.iter().enumerate() {
-        let port = process::free_port();
+    let ports = process::low_ports(upstream_ports.len());
+    for (index, (upstream, port)) in upstream_ports.iter().zip(ports).enumerate() {
         let config = run.join(format!("proxy-{index}.toml"));
         let text = config_text(port, &store.spec(index, run), *upstream);
         std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;

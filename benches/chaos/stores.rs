@@ -45,7 +45,7 @@ impl Store {
             StoreKind::Cluster => CLUSTER_MASTERS,
         };
         let mut nodes = Vec::new();
-        for (index, port) in low_ports(count).into_iter().enumerate() {
+        for (index, port) in process::low_ports(count).into_iter().enumerate() {
             nodes.push(start_node(kind, index, port, run).await?);
         }
         let store = Store { kind, nodes };
@@ -128,7 +128,7 @@ async fn start_node(kind: StoreKind, index: usize, port: u16, run: &Path) -> Res
             "--cluster-node-timeout", "5000", "--cluster-require-full-coverage", "no",
             "--cluster-announce-ip", "127.0.0.1",
             "--cluster-announce-port", &relay.port.to_string(),
-            "--cluster-announce-bus-port", &(port + BUS_OFFSET).to_string(),
+            "--cluster-announce-bus-port", &(port + process::BUS_OFFSET).to_string(),
         ].map(String::from));
     }
     let log = run.join(format!("{name}.log"));
@@ -156,24 +156,4 @@ async fn redis_cli(args: &[String]) -> Result<String, String> {
         Ok(Err(e)) => Err(format!("cannot run redis-cli: {e}")),
         Err(_) => Err(format!("redis-cli {args:?} did not finish in 30s")),
     }
-}
-
-/// The cluster bus listens on the client port plus this.
-const BUS_OFFSET: u16 = 10_000;
-
-/// `count` free ports below the kernel's ephemeral range (32768 and up), each with its bus
-/// port free too: a port handed out for an outgoing connection could otherwise be taken while
-/// a killed node is down, and the node could not come back on it.
-fn low_ports(count: usize) -> Vec<u16> {
-    let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
-    let start = process::free_port() as u32 ^ std::process::id();
-    let mut ports = Vec::new();
-    for i in 0..4000u32 {
-        let port = 12_000 + (start.wrapping_add(i.wrapping_mul(7_919)) % 10_000) as u16;
-        if ports.len() < count && !ports.contains(&port) && free(port) && free(port + BUS_OFFSET) {
-            ports.push(port);
-        }
-    }
-    assert_eq!(ports.len(), count, "no {count} free loopback ports");
-    ports
 }
