@@ -29,16 +29,7 @@ async fn an_outcome_stored_after_a_redis_stall_longer_than_the_lease_is_replayed
         return;
     };
     let upstream = TestUpstream::start().await;
-    let store = RedisStore::connect(&redis.url(), &unique_prefix("late"))
-        .await
-        .expect("the private Redis answers");
-    let store: Arc<dyn Store> = Arc::new(store);
-    // Replays come from Redis, not from the proxy's memory of its own answers.
-    let toml = format!(
-        "upstream = \"{}\"\n[defaults]\nlease = \"500ms\"\nreplay_cache_ttl = \"0s\"\n",
-        upstream.url()
-    );
-    let proxy = TestProxy::start(&toml, store).await;
+    let proxy = proxy_over(&redis, &upstream).await;
 
     let client = proxy.client.clone();
     let headers = [("idempotency-key", "late"), ("x-delay-ms", "300")];
@@ -62,6 +53,43 @@ async fn an_outcome_stored_after_a_redis_stall_longer_than_the_lease_is_replayed
     let retry = proxy.client.post("/v1/charges", "late", BODY).await;
     assert_eq!(
         upstream.executions_of("late"),
+        1,
+        "the retry ran the operation again: {retry:?}"
+    );
+    assert!(retry.replayed(), "{retry:?}");
+    assert_eq!(retry.body, first.body);
+}
+
+#[tokio::test]
+async fn an_outcome_is_stored_once_a_restarted_redis_is_back() {
+    let Some(mut redis) = RedisServer::start().await else {
+        return;
+    };
+    let upstream = TestUpstream::start().await;
+    let proxy = proxy_over(&redis, &upstream).await;
+
+    let client = proxy.client.clone();
+    let headers = [("idempotency-key", "restarted"), ("x-delay-ms", "300")];
+    let first =
+        tokio::spawn(async move { client.send("POST", "/v1/charges", &headers, BODY).await });
+    wait_until(Duration::from_secs(5), || {
+        upstream.executions_of("restarted") == 1
+    })
+    .await;
+    // Down while the upstream works and for a while after, longer than a few quick retries;
+    // it comes back empty, the reservation gone with everything else.
+    redis.kill();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    redis.restart().await;
+
+    let first = tokio::time::timeout(Duration::from_secs(15), first)
+        .await
+        .expect("the first request is answered once Redis is back")
+        .unwrap();
+    assert_eq!(first.status, 201, "{first:?}");
+    let retry = proxy.client.post("/v1/charges", "restarted", BODY).await;
+    assert_eq!(
+        upstream.executions_of("restarted"),
         1,
         "the retry ran the operation again: {retry:?}"
     );
@@ -114,6 +142,20 @@ async fn a_proxy_stopped_past_its_lease_keeps_the_outcome_when_nobody_took_the_k
     assert_eq!(retry.body, first.body);
     drop(proxy);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The proxy in front of `upstream` over the private Redis, with a short lease, replaying from
+/// Redis rather than from its memory of its own answers.
+async fn proxy_over(redis: &RedisServer, upstream: &TestUpstream) -> TestProxy {
+    let store = RedisStore::connect(&redis.url(), &unique_prefix("late"))
+        .await
+        .expect("the private Redis answers");
+    let store: Arc<dyn Store> = Arc::new(store);
+    let toml = format!(
+        "upstream = \"{}\"\n[defaults]\nlease = \"500ms\"\nreplay_cache_ttl = \"0s\"\n",
+        upstream.url()
+    );
+    TestProxy::start(&toml, store).await
 }
 
 fn signal(pid: &str, signal: &str) {

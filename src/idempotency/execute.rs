@@ -195,12 +195,15 @@ impl Execution {
         (parts, BufferedBody::Whole(bytes), outcome)
     }
 
-    /// Stores the outcome. A store error is retried a few times: while the outcome is not
-    /// stored, the key would free when its lease runs out and a retry could run it again.
+    /// Stores the outcome. A store error is retried for up to `COMPLETE_PATIENCE`: while the
+    /// outcome is not stored, the key would free when its lease runs out and a retry could run
+    /// it again.
     async fn complete(&self, parts: &http::response::Parts, stored_body: StoredBody) {
         let exclude = &self.policy.replay_exclude_headers;
         let record = completed_record(parts, stored_body, self.fingerprint, self.token, exclude);
-        for attempt in 0..COMPLETE_ATTEMPTS {
+        let deadline = Instant::now() + COMPLETE_PATIENCE;
+        let mut pause = COMPLETE_FIRST_PAUSE;
+        for attempt in 0u32.. {
             let started = Instant::now();
             let stored = self
                 .store
@@ -214,7 +217,11 @@ impl Execution {
                 Ok(Fenced::LeaseLost) => return self.complete_after_the_lease(record).await,
                 Err(e) => {
                     tracing::warn!(key = %self.key.log_id(), attempt, error = %e, "storing the outcome failed");
-                    tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                    if Instant::now() + pause >= deadline {
+                        break;
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(COMPLETE_MAX_PAUSE);
                 }
             }
         }
@@ -278,7 +285,14 @@ impl Execution {
     }
 }
 
-const COMPLETE_ATTEMPTS: u32 = 3;
+/// How long storing an outcome is retried while the store cannot be reached. The operation has
+/// run, and until its outcome is stored a retry could run it again once the store is back; a
+/// late completion never overwrites another request's record, so trying longer costs only the
+/// client's wait for its answer during an outage.
+const COMPLETE_PATIENCE: Duration = Duration::from_secs(10);
+/// The pause between two tries, doubling up to the maximum.
+const COMPLETE_FIRST_PAUSE: Duration = Duration::from_millis(50);
+const COMPLETE_MAX_PAUSE: Duration = Duration::from_secs(1);
 
 /// Whether an inner-service error says the request never reached the upstream.
 fn is_not_sent(error: &(dyn std::error::Error + 'static)) -> bool {
