@@ -3,8 +3,8 @@
 //! client would. Every request and its result goes to the attempts history.
 //!
 //! Besides new operations a client now and then sends two copies of a new one at once to two
-//! replicas (a hedged request), asks again for an operation it already has the answer to, or
-//! reuses a settled key with another body, which must be refused with `422` and never run.
+//! replicas (a hedged request), asks again for an earlier operation, or reuses a settled key
+//! with another body, which must be refused with `422` and never run.
 
 use std::sync::Arc;
 use std::time::Duration;
