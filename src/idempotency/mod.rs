@@ -7,6 +7,7 @@
 
 mod admit;
 mod buffer;
+mod complete;
 mod context;
 mod detach;
 mod execute;
