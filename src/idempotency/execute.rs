@@ -87,7 +87,7 @@ impl Execution {
         let settled = self.settle(answer).await;
         drop(in_flight);
         if self.ctx.policy.concurrent == ConcurrentPolicy::Wait {
-            self.ctx.waiters.finished(&self.held.key.storage_key());
+            self.ctx.waiters.finished(self.held.key.storage_key());
         }
         settled
     }
