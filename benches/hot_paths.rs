@@ -1,6 +1,7 @@
 //! The per-request work of the idempotency layer that does not touch the network: key
 //! parsing, fingerprinting (bodies read as bytes and as JSON), encoding and decoding records,
-//! and canonicalizing JSON bodies for `fingerprint_body = "json"`.
+//! canonicalizing JSON bodies for `fingerprint_body = "json"`, and recording each finished
+//! request (metrics, log line, status page).
 //!
 //! `cargo bench --bench hot_paths`
 
@@ -11,8 +12,10 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use idempotency_proxy::model::jcs::{self, JsonPointer};
 use idempotency_proxy::model::{
-    CompletedRecord, FencingToken, Fingerprint, FingerprintBody, IdempotencyKey, Record, StoredBody,
+    CompletedRecord, FencingToken, Fingerprint, FingerprintBody, IdempotencyKey, Record, RouteName,
+    StoredBody,
 };
+use idempotency_proxy::recording::{self, RequestOutcome, RouteActivity, RouteMetrics};
 use sha2::{Digest, Sha256};
 
 fn key_parsing(c: &mut Criterion) {
@@ -141,11 +144,64 @@ fn json_canonicalization(c: &mut Criterion) {
     group.finish();
 }
 
+/// What every finished request costs to record: the status page's share alone (counts, the
+/// per-second ring, the last decisions), then the whole hook with the Prometheus recorder
+/// installed, and the status page's share with two threads recording one route at once.
+fn recording(c: &mut Criterion) {
+    recording::install_recorder();
+    let mut group = c.benchmark_group("finished");
+    let route = RouteName::new("bench-payments").unwrap();
+    let activity = RouteActivity::of(&route);
+    // The wall clock read that recording makes, for scale.
+    group.bench_function("wall_clock", |b| b.iter(std::time::SystemTime::now));
+    group.bench_function("status_page", |b| {
+        b.iter(|| activity.request_finished(RequestOutcome::Replayed, 201, Some("0a1b2c3d4e5f")));
+    });
+    let metrics = RouteMetrics::new(&route);
+    let response = http::Response::builder()
+        .status(StatusCode::CREATED)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    group.bench_function("request_finished", |b| {
+        b.iter(|| {
+            metrics.request_finished(
+                RequestOutcome::Replayed,
+                &response,
+                Some("0a1b2c3d4e5f"),
+                std::time::Duration::from_micros(250),
+            );
+        });
+    });
+    group.bench_function("status_page_two_threads", |b| {
+        b.iter_custom(|iterations| {
+            let started = std::time::Instant::now();
+            std::thread::scope(|threads| {
+                for _ in 0..2 {
+                    threads.spawn(|| {
+                        for _ in 0..iterations {
+                            activity.request_finished(
+                                RequestOutcome::Forwarded,
+                                201,
+                                Some("0a1b2c3d4e5f"),
+                            );
+                        }
+                    });
+                }
+            });
+            // Each thread made `iterations` recordings side by side: the time one took while
+            // the other thread was recording into the same route.
+            started.elapsed()
+        });
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
     key_parsing,
     fingerprint,
     records,
-    json_canonicalization
+    json_canonicalization,
+    recording
 );
 criterion_main!(benches);

@@ -22,14 +22,17 @@ use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 use tower::Layer;
 
+use crate::admin;
 use crate::config::{RouteSettings, Settings};
 use crate::idempotency::{IdempotencyLayer, Policy};
+use crate::metric_catalog;
 use crate::problem::ProblemLayer;
 use crate::router::{Route, Router};
 use crate::secret::Secret;
 use crate::server::{self, App};
+use crate::status::Status;
 use crate::store::{self, CachingStore, ReplayCache, SealedStore, Store, StoreError};
-use crate::{admin, upstream};
+use crate::upstream::{PoolSettings, Upstream};
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +61,7 @@ pub struct Proxy {
     executions: TaskTracker,
     admin_token: Option<Secret>,
     drain_timeout: Duration,
+    status: Arc<Status>,
 }
 
 /// The bytes of completed records a proxy keeps in memory for replays.
@@ -75,7 +79,6 @@ impl Proxy {
         };
         let cache = Arc::new(ReplayCache::new(REPLAY_CACHE_BUDGET));
         let executions = TaskTracker::new();
-        let client = upstream::client();
         let routes = settings.routes.iter().map(|route| {
             let store = cached(&store, &cache, route);
             let layer = IdempotencyLayer::with_task_tracker(
@@ -83,11 +86,14 @@ impl Proxy {
                 route.policy.clone(),
                 executions.clone(),
             );
-            let upstream = upstream::Upstream::new(client.clone(), route.upstream.clone());
+            let pool = PoolSettings {
+                idle_timeout: route.upstream_idle_timeout,
+                ..PoolSettings::default()
+            };
             Route {
                 path_prefix: route.path_prefix.clone(),
                 host: route.host.clone(),
-                service: layer.layer(upstream),
+                service: layer.layer(Upstream::new(route.upstream.clone(), pool)),
             }
         });
         let app = App {
@@ -112,6 +118,7 @@ impl Proxy {
             executions,
             admin_token: settings.admin_token.clone(),
             drain_timeout: settings.drain_timeout,
+            status: Arc::new(Status::new(settings)),
         }
     }
 
@@ -127,8 +134,14 @@ impl Proxy {
         let records = admin::Records {
             store: self.store.clone(),
             policies: self.policies.clone(),
+            status: self.status.clone(),
         };
         admin::router(records, self.admin_token.clone())
+    }
+
+    /// What the admin status page reports; tell it when a new config is applied or refused.
+    pub fn status(&self) -> &Arc<Status> {
+        &self.status
     }
 
     /// Serves clients on `listener` until `shutdown` resolves, then drains: open connections,
@@ -187,7 +200,7 @@ pub(crate) async fn serve(
     settings: Settings,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
-    admin::describe_metrics();
+    metric_catalog::describe_metrics();
     let proxy = Proxy::open(&settings).await?;
     let listener = bind(settings.listen).await?;
     let admin = match settings.admin_listen {

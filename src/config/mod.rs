@@ -25,8 +25,7 @@ mod error_tests;
 mod tests;
 
 pub use error::ConfigError;
-pub use limits::Limits;
-pub use settings::{LogFormat, Overrides, RouteSettings, Settings, DEFAULT_LISTEN};
+pub use settings::{Limits, LogFormat, Overrides, RouteSettings, Settings, DEFAULT_LISTEN};
 
 /// Reads the config file the overrides name (if any) and merges the overrides over it.
 pub fn load(overrides: &Overrides) -> Result<Settings, ConfigError> {

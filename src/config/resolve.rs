@@ -197,6 +197,7 @@ fn default_route(
         upstream: upstream.parse(src, upstream_uri)?,
         policy: defaults.policy.clone(),
         replay_cache_ttl: defaults.replay_cache_ttl,
+        upstream_idle_timeout: defaults.upstream_idle_timeout,
     })
 }
 
@@ -235,6 +236,7 @@ fn route(
     let Inherited {
         policy,
         replay_cache_ttl,
+        upstream_idle_timeout,
     } = inherited;
     let missing = |key: &str| {
         let reason = format!(
@@ -255,6 +257,7 @@ fn route(
         upstream: check(src, upstream, "upstream", upstream_uri)?,
         policy,
         replay_cache_ttl,
+        upstream_idle_timeout,
     })
 }
 

@@ -18,8 +18,8 @@ use super::policy::{ConcurrentPolicy, StoreErrorPolicy};
 use super::replay::replay;
 use crate::error::{rescue, ProxyError};
 use crate::model::{Fingerprint, InFlightRecord};
+use crate::outcome::RequestOutcome;
 use crate::store::{Reservation, StoreError};
-use crate::telemetry::RequestOutcome;
 
 /// How long a duplicate waits before asking the store again (`concurrent = "wait"`), doubling
 /// up to the maximum: short enough to replay promptly, long enough not to hammer the store.
@@ -132,7 +132,7 @@ async fn reserve(ctx: &Context, request: &KeyedRequest) -> Result<Reservation, S
 /// seen at the next poll, the pause between polls doubling from 10ms up to 50ms.
 async fn wait_for_first(ctx: &Context, request: &KeyedRequest) -> Result<Reservation, StoreError> {
     let storage_key = request.key.storage_key();
-    let notify = ctx.waiters.subscribe(&storage_key);
+    let notify = ctx.waiters.subscribe(storage_key);
     let deadline = Instant::now() + ctx.policy.wait_timeout;
     let mut pause = WAIT_FIRST_PAUSE;
     let still_waiting = |first: &InFlightRecord| {
@@ -150,7 +150,7 @@ async fn wait_for_first(ctx: &Context, request: &KeyedRequest) -> Result<Reserva
         let _ = tokio::time::timeout(pause.min(left), notified).await;
         pause = (pause * 2).min(WAIT_MAX_PAUSE);
     };
-    ctx.waiters.unsubscribe(&storage_key, notify);
+    ctx.waiters.unsubscribe(storage_key, notify);
     result
 }
 

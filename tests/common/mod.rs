@@ -4,7 +4,9 @@
 pub mod binary;
 pub mod client;
 pub mod proxy;
+pub mod records;
 pub mod redis;
 pub mod redis_cluster;
 pub mod redis_server;
+pub mod temp;
 pub mod upstream;

@@ -27,27 +27,23 @@
 //! double as RFC 8785 says); and when arrays and objects nest deeper than `serde_json` (and so
 //! the rest of the proxy) reads them, a limit that also bounds this parser's recursion.
 //!
-//! The work is split by what it knows about: `parser.rs` reads RFC 8259 text into a tree whose
-//! members are already sorted, `numbers.rs` writes a number literal as ECMAScript would,
-//! `pointer.rs` parses RFC 6901 pointers and removes what they name, and `write.rs` writes the
-//! tree in canonical form. The tree costs about 32 bytes per value, its strings borrowed from
-//! the body unless they hold escapes.
-
-use std::borrow::Cow;
-use std::fmt;
+//! The work is split by what it knows about: `parser.rs` reads RFC 8259 text into the tree of
+//! `tree.rs`, its members already sorted, refusing what `refusal.rs` lists; `numbers.rs` writes
+//! a number literal as ECMAScript would; `pointer.rs` parses RFC 6901 pointers and removes what
+//! they name; and `write.rs` writes the tree in canonical form. The tree costs about 32 bytes
+//! per value, its strings borrowed from the body unless they hold escapes.
 
 mod numbers;
 mod parser;
 mod pointer;
+mod refusal;
+mod tree;
 mod write;
 
 pub use pointer::JsonPointer;
+pub use refusal::{NotIJson, MAX_DEPTH};
 
 use parser::Parser;
-
-/// How deep arrays and objects may nest: as deep as `serde_json` reads them (its recursion
-/// limit of 128 lets 127 levels through).
-pub const MAX_DEPTH: usize = 127;
 
 /// The RFC 8785 form of `body` with the members `ignore` names left out, or `None` when the body
 /// is not I-JSON (see the module documentation), in which case its bytes are what counts.
@@ -63,46 +59,4 @@ pub fn try_canonicalize(body: &[u8], ignore: &[JsonPointer]) -> Result<Vec<u8>, 
     let mut canonical = Vec::with_capacity(body.len());
     write::value(&document, &mut canonical);
     Ok(canonical)
-}
-
-/// Why a body has no RFC 8785 form.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotIJson {
-    /// Not UTF-8, or not JSON text (RFC 8259).
-    Syntax,
-    /// Arrays and objects nested deeper than [`MAX_DEPTH`].
-    TooDeep,
-    /// An object with the same member name twice.
-    DuplicateName,
-    /// A `\u` escape of a surrogate that is not half of a pair.
-    LoneSurrogate,
-    /// A number too large for a double.
-    NumberOutOfRange,
-    /// An integer, written without fraction or exponent, that a double cannot hold exactly.
-    InexactInteger,
-}
-
-impl fmt::Display for NotIJson {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Syntax => "not UTF-8 JSON text",
-            Self::TooDeep => "arrays and objects nested deeper than 127",
-            Self::DuplicateName => "an object names the same member twice",
-            Self::LoneSurrogate => "a string escapes a lone UTF-16 surrogate",
-            Self::NumberOutOfRange => "a number beyond the range of a double",
-            Self::InexactInteger => "an integer that a double cannot hold exactly",
-        })
-    }
-}
-
-impl std::error::Error for NotIJson {}
-
-/// A parsed value, its strings borrowed from the body when they hold no escapes, its members
-/// already sorted.
-enum Node<'a> {
-    /// `null`, `true`, `false` or a number, already as the canonical form writes it.
-    Scalar(Cow<'a, str>),
-    String(Cow<'a, str>),
-    Array(Vec<Node<'a>>),
-    Object(Vec<(Cow<'a, str>, Node<'a>)>),
 }

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use super::NotIJson;
+use super::refusal::NotIJson;
 
 /// The canonical form of a number literal of the JSON grammar; `integer` when it was written
 /// without fraction or exponent.

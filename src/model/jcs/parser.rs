@@ -5,7 +5,8 @@ use std::borrow::Cow;
 use std::cmp::Ordering;
 
 use super::numbers::canonical_number;
-use super::{Node, NotIJson, MAX_DEPTH};
+use super::refusal::{NotIJson, MAX_DEPTH};
+use super::tree::Node;
 
 /// A recursive-descent RFC 8259 parser. `serde_json` is not used because it forgets what
 /// RFC 8785 needs: it keeps the last of duplicate members, and hands over numbers as doubles

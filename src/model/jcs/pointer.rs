@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::Node;
+use super::tree::Node;
 
 /// An RFC 6901 JSON pointer to a member or array element, such as `/metadata/request_time`.
 ///

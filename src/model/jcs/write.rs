@@ -1,7 +1,7 @@
 //! Writing the parsed tree in RFC 8785 form: no insignificant whitespace, members in the order
 //! the parser sorted them, strings with the fewest escapes.
 
-use super::Node;
+use super::tree::Node;
 
 /// Appends `node` in canonical form to `out`.
 pub(super) fn value(node: &Node<'_>, out: &mut Vec<u8>) {
