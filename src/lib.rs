@@ -27,6 +27,7 @@ mod secret;
 mod server;
 pub mod store;
 mod telemetry;
+mod tls;
 pub mod units;
 mod upstream;
 

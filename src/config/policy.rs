@@ -10,6 +10,7 @@ use super::settings::RouteSettings;
 use super::source::Source;
 use super::values::{duration, header, headers, json_pointer, method, optional_header, status};
 use crate::idempotency::policy::{KeySource, Policy};
+use crate::tls::UpstreamTls;
 
 /// What a route inherits from `[defaults]` and may override: the idempotency layer's policy,
 /// and how the proxy serves the route.
@@ -17,6 +18,7 @@ use crate::idempotency::policy::{KeySource, Policy};
 pub(super) struct Inherited {
     pub(super) policy: Policy,
     pub(super) replay_cache_ttl: Duration,
+    pub(super) upstream_tls: UpstreamTls,
 }
 
 impl Inherited {
@@ -24,6 +26,7 @@ impl Inherited {
         Self {
             policy,
             replay_cache_ttl: RouteSettings::DEFAULT_REPLAY_CACHE_TTL,
+            upstream_tls: UpstreamTls::default(),
         }
     }
 }
@@ -43,6 +46,7 @@ pub(super) fn apply(
         cache,
         |d| crate::units::humane_duration::parse(d),
     )?;
+    super::tls::apply(src, &mut inherited.upstream_tls, table)?;
     apply_policy(src, &mut inherited.policy, table)
 }
 

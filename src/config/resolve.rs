@@ -26,14 +26,14 @@ use crate::secret::Secret;
 use crate::store::StoreSpec;
 
 /// A top-level value and where it was given, so an error points at the flag or the line.
-enum Given<'a> {
+pub(super) enum Given<'a> {
     Flag(&'static str, &'a str),
     File(&'static str, &'a Spanned<String>),
 }
 
 impl<'a> Given<'a> {
     /// The flag's value if it was passed, else the file's.
-    fn pick(
+    pub(super) fn pick(
         flag: (&'static str, Option<&'a String>),
         file: (&'static str, Option<&'a Spanned<String>>),
     ) -> Option<Self> {
@@ -44,7 +44,7 @@ impl<'a> Given<'a> {
         }
     }
 
-    fn parse<T>(
+    pub(super) fn parse<T>(
         &self,
         src: &Source,
         parse: impl FnOnce(&str) -> Result<T, String>,
@@ -87,6 +87,7 @@ pub(super) fn resolve(
         ("--upstream", cli.upstream.as_ref()),
         ("upstream", raw.upstream.as_ref()),
     );
+    let tls = super::tls::listener(src, cli, (raw.tls_cert.as_ref(), raw.tls_key.as_ref()))?;
     let routes = routes(src, raw.routes, &defaults, upstream)?;
     Ok(Settings {
         listen: listen(src, cli, raw.listen.as_ref())?,
@@ -102,6 +103,7 @@ pub(super) fn resolve(
         encryption: super::crypto::encryption(src, &raw.encryption_key, &raw.encryption_old_keys)?,
         problem_base,
         limits,
+        tls,
         routes,
     })
 }
@@ -191,10 +193,13 @@ fn default_route(
         );
         return Err(src.at(span.clone(), Some("name"), reason));
     }
+    let uri = upstream.parse(src, upstream_uri)?;
+    let tls = defaults.upstream_tls.clone();
     Ok(RouteSettings {
         path_prefix: "/".into(),
         host: None,
-        upstream: upstream.parse(src, upstream_uri)?,
+        upstream_tls: upstream.parse(src, |_| tls.for_upstream(is_https(&uri)))?,
+        upstream: uri,
         policy: defaults.policy.clone(),
         replay_cache_ttl: defaults.replay_cache_ttl,
     })
@@ -235,6 +240,7 @@ fn route(
     let Inherited {
         policy,
         replay_cache_ttl,
+        upstream_tls,
     } = inherited;
     let missing = |key: &str| {
         let reason = format!(
@@ -249,13 +255,22 @@ fn route(
         .as_ref()
         .ok_or_else(|| missing("path_prefix"))?;
     let host = head.host.as_ref().map(|h| check(src, h, "host", host));
+    let uri = check(src, upstream, "upstream", upstream_uri)?;
+    let upstream_tls = upstream_tls
+        .for_upstream(is_https(&uri))
+        .map_err(|reason| src.bad(upstream, "upstream", reason))?;
     Ok(RouteSettings {
         path_prefix: check(src, prefix, "path_prefix", path_prefix)?,
         host: host.transpose()?,
-        upstream: check(src, upstream, "upstream", upstream_uri)?,
+        upstream: uri,
         policy,
         replay_cache_ttl,
+        upstream_tls,
     })
+}
+
+fn is_https(uri: &http::Uri) -> bool {
+    uri.scheme() == Some(&http::uri::Scheme::HTTPS)
 }
 
 /// Parses a value read from the file, naming its line and key if it is refused.
