@@ -1,23 +1,31 @@
-//! The admin listener: health, readiness, metrics, and inspecting or dropping one record.
+//! The admin listener: health, readiness, metrics, inspecting or dropping one record, and
+//! reloading the config.
 //!
 //! It runs on its own address so that operators can firewall it away from clients: it can
-//! drop records, which re-opens a key to a second execution.
+//! drop records, which re-opens a key to a second execution. What it reads of the config (the
+//! routes' policies, the token, the problem base) is the running config's, replaced by a reload.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
+use arc_swap::ArcSwap;
 use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Json;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::json;
 
+use crate::config::ConfigError;
+use crate::error::ProxyError;
 use crate::idempotency::Policy;
 use crate::model::{ClientScope, IdempotencyKey, KeyError, Record, ScopedKey, StoredBody};
+use crate::problem::ProblemBase;
 use crate::secret::Secret;
 use crate::store::Store;
 use crate::telemetry;
@@ -27,32 +35,35 @@ use crate::telemetry;
 /// query parameter, because URLs end up in access logs.
 pub(crate) const SCOPE_HEADER: &str = "x-idempotency-scope";
 
-/// What the admin endpoints reach into: the store (with the replay cache in front, so a removed
-/// record is also dropped from this replica's memory) and each route's policy (for its scope
-/// header).
-pub(crate) struct Records {
+/// What the admin endpoints reach into, from the running config: the store (with the replay
+/// cache in front, so a removed record is also dropped from this replica's memory), each
+/// route's policy by name (for its scope header), the token, and the problem base.
+pub(crate) struct AdminView {
     pub(crate) store: Arc<dyn Store>,
-    pub(crate) policies: Vec<Arc<Policy>>,
+    pub(crate) policies: HashMap<String, Arc<Policy>>,
+    pub(crate) token: Option<Secret>,
+    pub(crate) problems: Arc<ProblemBase>,
 }
+
+/// Reloads the config (SPEC section 10): the new config's digest, or why it was refused.
+pub(crate) type ReloadHook = Arc<
+    dyn Fn() -> Pin<Box<dyn Future<Output = Result<String, ConfigError>> + Send>> + Send + Sync,
+>;
 
 #[derive(Clone)]
 struct AdminState {
-    store: Arc<dyn Store>,
-    policies: Arc<HashMap<String, Arc<Policy>>>,
+    view: Arc<ArcSwap<AdminView>>,
+    reload: ReloadHook,
     metrics: PrometheusHandle,
 }
 
-/// The admin routes, over the proxy's store and route policies. With a `token`, `/metrics`
-/// and `/keys` require `Authorization: Bearer <token>`; `/healthz` and `/readyz` stay open for
+/// The admin routes, over the running config's `view`. With a token, `/metrics`, `/keys` and
+/// `/reload` require `Authorization: Bearer <token>`; `/healthz` and `/readyz` stay open for
 /// orchestrators' probes, as they reveal nothing.
-pub(crate) fn router(records: Records, token: Option<Secret>) -> axum::Router {
-    let policies = records
-        .policies
-        .into_iter()
-        .map(|p| (p.route.as_str().to_owned(), p));
+pub(crate) fn router(view: Arc<ArcSwap<AdminView>>, reload: ReloadHook) -> axum::Router {
     let state = AdminState {
-        store: records.store,
-        policies: Arc::new(policies.collect()),
+        view,
+        reload,
         metrics: metrics_handle(),
     };
     let guarded = axum::Router::new()
@@ -61,10 +72,8 @@ pub(crate) fn router(records: Records, token: Option<Secret>) -> axum::Router {
             get(|State(s): State<AdminState>| async move { s.metrics.render() }),
         )
         .route("/keys/{route}/{key}", get(inspect).delete(remove))
-        .route_layer(middleware::from_fn_with_state(
-            token.map(Arc::new),
-            require_token,
-        ));
+        .route("/reload", post(reload_config))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     axum::Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -72,12 +81,8 @@ pub(crate) fn router(records: Records, token: Option<Secret>) -> axum::Router {
         .with_state(state)
 }
 
-async fn require_token(
-    State(token): State<Option<Arc<Secret>>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let Some(token) = token else {
+async fn require_token(State(state): State<AdminState>, request: Request, next: Next) -> Response {
+    let Some(token) = state.view.load().token.clone() else {
         return next.run(request).await;
     };
     let given = request
@@ -96,6 +101,19 @@ async fn require_token(
         .headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     refused
+}
+
+/// `POST /reload`: `200` with the new config's digest, or `400 bad-config` with the one line
+/// saying why the running config stays.
+async fn reload_config(State(state): State<AdminState>) -> Response {
+    match (state.reload)().await {
+        Ok(digest) => Json(json!({ "digest": digest })).into_response(),
+        Err(e) => {
+            let mut refused = ProxyError::BadConfig(e.to_string()).into_response();
+            state.view.load().problems.render(&mut refused);
+            refused
+        }
+    }
 }
 
 /// The process-wide Prometheus recorder, installed on first use.
@@ -124,7 +142,8 @@ fn install_recorder() -> PrometheusHandle {
 }
 
 async fn readyz(State(state): State<AdminState>) -> Response {
-    match state.store.ping().await {
+    let store = state.view.load().store.clone();
+    match store.ping().await {
         Ok(()) => (StatusCode::OK, "ready").into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "readiness check: store unreachable");
@@ -161,12 +180,12 @@ impl IntoResponse for AdminError {
 }
 
 fn scoped_key(
-    state: &AdminState,
+    view: &AdminView,
     route: &str,
     key: String,
     headers: &HeaderMap,
 ) -> Result<ScopedKey, AdminError> {
-    let policy = state.policies.get(route).ok_or(AdminError::NoSuchRoute)?;
+    let policy = view.policies.get(route).ok_or(AdminError::NoSuchRoute)?;
     let key = IdempotencyKey::new(key).map_err(AdminError::BadKey)?;
     let scope = policy
         .scope_header
@@ -181,8 +200,9 @@ async fn inspect(
     Path((route, key)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<serde_json::Value>, AdminError> {
-    let key = scoped_key(&state, &route, key, &headers)?;
-    let (record, expires_in) = state
+    let view = state.view.load_full();
+    let key = scoped_key(&view, &route, key, &headers)?;
+    let (record, expires_in) = view
         .store
         .get(&key)
         .await
@@ -196,8 +216,9 @@ async fn remove(
     Path((route, key)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<StatusCode, AdminError> {
-    let key = scoped_key(&state, &route, key, &headers)?;
-    if !state.store.remove(&key).await.map_err(AdminError::Store)? {
+    let view = state.view.load_full();
+    let key = scoped_key(&view, &route, key, &headers)?;
+    if !view.store.remove(&key).await.map_err(AdminError::Store)? {
         return Err(AdminError::NoRecord);
     }
     tracing::info!(route = %key.route(), key = %key.log_id(), "record removed by an operator");
@@ -244,4 +265,11 @@ pub(crate) fn describe_metrics() {
         metrics::Unit::Seconds,
         "Upstream latency"
     );
+    metrics::describe_counter!(
+        telemetry::CONFIG_RELOADS_TOTAL,
+        "Config reloads (SIGHUP or POST /reload), applied (ok) or refused (error)"
+    );
+    for result in ["ok", "error"] {
+        metrics::counter!(telemetry::CONFIG_RELOADS_TOTAL, "result" => result).increment(0);
+    }
 }

@@ -103,7 +103,11 @@ pub fn run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(proxy::serve(settings, server::shutdown_signal())) {
+    match runtime.block_on(proxy::serve(
+        settings,
+        cli.overrides(),
+        server::shutdown_signal(),
+    )) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("idempotency-proxy: {e}");

@@ -35,7 +35,7 @@ pub use cli::run as run_command_line;
 pub use error::ProxyError;
 pub use idempotency::{IdempotencyLayer, IdempotencyService, Policy};
 pub use problem::{ProblemBase, ProblemLayer, ProblemService};
-pub use proxy::{Proxy, StartError};
+pub use proxy::{Proxy, ReloadState, StartError};
 pub use secret::Secret;
 pub use store::{Store, StoreError};
 

@@ -22,6 +22,8 @@ pub(crate) const UPSTREAM_SECONDS: &str = "idempotency_upstream_seconds";
 pub(crate) const IN_FLIGHT: &str = "idempotency_in_flight";
 /// Requests that went upstream without deduplication because the store failed (`fail_open`).
 pub(crate) const FAIL_OPEN_TOTAL: &str = "idempotency_fail_open_total";
+/// Config reloads by `result`: `ok` (applied) or `error` (refused; the running config stays).
+pub(crate) const CONFIG_RELOADS_TOTAL: &str = "idempotency_config_reloads_total";
 
 /// What the proxy did with a request, as named in metrics and logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

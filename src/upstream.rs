@@ -1,4 +1,6 @@
-//! Forwarding to upstream services over one pooled HTTP/1.1 client.
+//! Forwarding to upstream services over pooled HTTP/1.1 clients: one shared by the plain
+//! `http://` upstreams, one per `https://` route (its pool holds connections made with that
+//! route's trust and client certificate, which no other route may borrow).
 //!
 //! The forwarding service is deliberately plain (rewrite the target, drop hop-by-hop headers,
 //! add `X-Forwarded-*`): everything about idempotency sits in the layer in front of it. It
@@ -8,6 +10,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -19,31 +22,38 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use rustls::ClientConfig;
 use tower::Service;
 
 use crate::error::RequestNotSent;
 use crate::headers::strip_hop_by_hop;
+use crate::tls::{self, HttpsConnector};
 use crate::BoxError;
 
-/// The pooled client every route shares.
-pub(crate) type UpstreamClient = Client<HttpConnector, Body>;
+/// A pooled client, for plain upstreams or for one `https://` route.
+pub(crate) type UpstreamClient = Client<HttpsConnector, Body>;
 
 /// The address of the client that sent a request, put on it by the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ClientAddr(pub SocketAddr);
 
+/// Put on a request by the server when its client reached the proxy over TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClientTls;
+
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 /// A client with keep-alive pooling; connect failures surface fast so they can be retried.
-pub(crate) fn client() -> UpstreamClient {
+/// `tls` is the client config of an `https://` route; without one the client speaks plain HTTP.
+pub(crate) fn client(tls: Option<Arc<ClientConfig>>) -> UpstreamClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(Duration::from_secs(5)));
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(1024)
-        .build(connector)
+        .build(HttpsConnector::new(connector, tls))
 }
 
 /// Forwards every request to one upstream base URL.
@@ -89,6 +99,10 @@ impl Upstream {
 /// Appends the client to `X-Forwarded-For` and states the scheme the proxy was reached by.
 fn add_forwarded_headers(request: &mut Request<Body>) {
     let client = request.extensions().get::<ClientAddr>().map(|c| c.0.ip());
+    let scheme = match request.extensions().get::<ClientTls>() {
+        Some(ClientTls) => "https",
+        None => "http",
+    };
     let headers = request.headers_mut();
     if let Some(ip) = client {
         let chain = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
@@ -99,7 +113,7 @@ fn add_forwarded_headers(request: &mut Request<Body>) {
             headers.insert(X_FORWARDED_FOR.clone(), value);
         }
     }
-    headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
+    headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(scheme));
 }
 
 impl Service<Request<Body>> for Upstream {
@@ -122,7 +136,10 @@ impl Service<Request<Body>> for Upstream {
                     strip_hop_by_hop(response.headers_mut());
                     Ok(response)
                 }
-                Err(e) if e.is_connect() => Err(Box::new(RequestNotSent(e.into())) as BoxError),
+                // A connect error includes a failed TLS handshake: nothing was written yet.
+                Err(e) if e.is_connect() || tls::refused_handshake(&e) => {
+                    Err(Box::new(RequestNotSent(e.into())) as BoxError)
+                }
                 Err(e) => Err(e.into()),
             }
         })
@@ -170,9 +187,12 @@ mod tests {
             "198.51.100.1, 192.0.2.7"
         );
         assert_eq!(request.headers()["x-forwarded-proto"], "http");
+        request.extensions_mut().insert(ClientTls);
+        add_forwarded_headers(&mut request);
+        assert_eq!(request.headers()["x-forwarded-proto"], "https");
     }
 
     fn client_for_tests() -> UpstreamClient {
-        Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+        client(None)
     }
 }
