@@ -7,4 +7,5 @@ pub mod proxy;
 pub mod redis;
 pub mod redis_cluster;
 pub mod redis_server;
+pub mod tls;
 pub mod upstream;
