@@ -200,34 +200,32 @@ async fn serve(
     let accepted = Instant::now();
     let _ = stream.set_nodelay(true);
     let timeout = connection.limits.header_read_timeout;
-    let peer = connection.peer;
-    let Some(tls) = tls else {
-        let Some(protocol) = opening(&stream, timeout).await else {
-            tracing::debug!(%peer, "no request within the header read time-out");
+    if let Some(tls) = tls {
+        let Some(handshake) = tls.accept(stream, timeout).await else {
             return;
         };
-        let opened = Opened {
-            protocol,
-            tls: false,
-            accepted,
+        // The protocol is the one agreed by ALPN; a client that offered none speaks HTTP/1.1.
+        let protocol = if handshake.http2 {
+            Protocol::Http2
+        } else {
+            Protocol::Http1
         };
-        return drive(builder, draining, connection, stream, opened).await;
-    };
-    let Some(handshake) = tls.accept(stream, timeout).await else {
+        let opened = Opened::new(protocol, true, accepted);
+        return drive(builder, draining, connection, handshake.stream, opened).await;
+    }
+    let Some(protocol) = opening(&stream, timeout).await else {
+        let peer = connection.peer;
+        tracing::debug!(%peer, "no request within the header read time-out");
         return;
     };
-    // The protocol is the one agreed by ALPN; a client that offered none speaks HTTP/1.1.
-    let protocol = if handshake.http2 {
-        Protocol::Http2
-    } else {
-        Protocol::Http1
-    };
-    let opened = Opened {
-        protocol,
-        tls: true,
-        accepted,
-    };
-    drive(builder, draining, connection, handshake.stream, opened).await;
+    drive(
+        builder,
+        draining,
+        connection,
+        stream,
+        Opened::new(protocol, false, accepted),
+    )
+    .await;
 }
 
 /// How a connection opened: the protocol its client speaks, over TLS or not, and when.
@@ -235,6 +233,33 @@ struct Opened {
     protocol: Protocol,
     tls: bool,
     accepted: Instant,
+}
+
+impl Opened {
+    fn new(protocol: Protocol, tls: bool, accepted: Instant) -> Self {
+        Self {
+            protocol,
+            tls,
+            accepted,
+        }
+    }
+
+    /// The builder serving this protocol only, as it is known already.
+    fn only(&self, builder: auto::Builder<TokioExecutor>) -> auto::Builder<TokioExecutor> {
+        match self.protocol {
+            Protocol::Http1 => builder.http1_only(),
+            Protocol::Http2 => builder.http2_only(),
+        }
+    }
+
+    /// For HTTP/2, how long the connection may go without a request in progress.
+    fn idle_limit(&self, streams: Option<&OpenStreams>, timeout: Duration) -> Option<IdleLimit> {
+        streams.map(|streams| IdleLimit {
+            streams: streams.watch(),
+            timeout,
+            since: self.accepted,
+        })
+    }
 }
 
 /// Serves the requests of a connection whose protocol is known, over `io` (the TCP stream, or
@@ -257,25 +282,22 @@ async fn drive<IO>(
     } = connection;
     let verdicts = Verdicts::new();
     let streams = (opened.protocol == Protocol::Http2).then(OpenStreams::new);
-    let idle = streams.as_ref().map(|streams| IdleLimit {
-        streams: streams.watch(),
-        timeout: limits.header_read_timeout,
-        since: opened.accepted,
-    });
-    let closing = Closing { draining, idle };
-    let client = Peer {
-        addr: peer,
-        verdicts: verdicts.clone(),
-        tls: opened.tls,
-    };
-    let service = connection_service(live, client, streams);
+    let idle = opened.idle_limit(streams.as_ref(), limits.header_read_timeout);
+    let (addr, tls) = (peer, opened.tls);
+    let service = connection_service(
+        live,
+        Peer {
+            addr,
+            verdicts: verdicts.clone(),
+            tls,
+        },
+        streams,
+    );
     // The framing guard reads the plain bytes, above TLS, where request heads are.
     let io = FramingGuard::new(io, limits.max_header_bytes.as_usize(), verdicts);
-    let builder = match opened.protocol {
-        Protocol::Http1 => builder.http1_only(),
-        Protocol::Http2 => builder.http2_only(),
-    };
+    let builder = opened.only(builder);
     let connection = pin!(builder.serve_connection(TokioIo::new(io), service));
+    let closing = Closing { draining, idle };
     if let Some(Err(e)) =
         closing::drive(connection, auto::Connection::graceful_shutdown, closing).await
     {

@@ -242,6 +242,30 @@ async fn a_reload_gives_new_handshakes_the_new_pair_and_keeps_open_connections()
 }
 
 #[tokio::test]
+async fn sessions_resume_on_new_connections_and_after_a_reload() {
+    let pki = Pki::new("resume");
+    let upstream = TestUpstream::start().await;
+    let toml = format!(
+        "upstream = \"{}\"\nstore = \"memory\"\n{}",
+        upstream.url(),
+        listener_lines(&pki.server("proxy"))
+    );
+    let proxy = Reloadable::start(&pki, &toml).await;
+    for alpn in [b"http/1.1".as_slice(), b"h2"] {
+        // The client keeps the tickets the proxy sends with its first answer.
+        let config = pki.client_config(&[alpn]);
+        let mut first = connect(proxy.proxy.addr, config.clone()).await;
+        assert!(!first.resumed);
+        first.client.post("/v1/charges", "resume", "{}").await;
+        let mut second = connect(proxy.proxy.addr, config.clone()).await;
+        assert!(second.resumed);
+        second.client.post("/v1/charges", "resume", "{}").await;
+        proxy.reload(&toml);
+        assert!(connect(proxy.proxy.addr, config).await.resumed);
+    }
+}
+
+#[tokio::test]
 async fn the_binary_serves_https_with_bare_path_flags() {
     let pki = Pki::new("binary");
     let pair = pki.server("proxy");

@@ -141,11 +141,13 @@ pub enum TlsClient {
     Http2(http2::SendRequest<Body>),
 }
 
-/// What the handshake showed: the protocol and the certificate the server presented.
+/// What the handshake showed: the protocol, the certificate the server presented, and whether
+/// an earlier session was resumed.
 pub struct Handshake {
     pub client: TlsClient,
     pub alpn: Option<Vec<u8>>,
     pub server_cert: CertificateDer<'static>,
+    pub resumed: bool,
 }
 
 /// Connects to `addr` over TLS with `config`, naming `localhost`.
@@ -156,6 +158,7 @@ pub async fn connect(addr: std::net::SocketAddr, config: Arc<ClientConfig>) -> H
     let (_, session) = tls.get_ref();
     let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
     let server_cert = session.peer_certificates().unwrap()[0].clone();
+    let resumed = session.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
     let io = TokioIo::new(tls);
     let client = if alpn.as_deref() == Some(b"h2") {
         let (sender, connection) = http2::handshake(TokioExecutor::new(), io).await.unwrap();
@@ -170,6 +173,7 @@ pub async fn connect(addr: std::net::SocketAddr, config: Arc<ClientConfig>) -> H
         client,
         alpn,
         server_cert,
+        resumed,
     }
 }
 
