@@ -19,7 +19,7 @@ use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use crate::admin::{self, AdminView, ReloadHook};
+use crate::admin::{self, AdminView, ConfigControl};
 use crate::config::{ConfigError, Overrides, Settings};
 use crate::server::{self, LiveApp};
 use crate::store::{self, Store, StoreError};
@@ -124,13 +124,7 @@ impl Proxy {
     /// The admin endpoints (health, readiness, metrics, records, reload), to serve on a
     /// listener of their own.
     pub fn admin(&self) -> axum::Router {
-        let proxy = self.clone();
-        let reload: ReloadHook = Arc::new(move || {
-            let proxy = proxy.clone();
-            Box::pin(async move { proxy.reload_off_the_runtime().await })
-                as Pin<Box<dyn Future<Output = _> + Send>>
-        });
-        admin::router(self.inner.admin.clone(), reload)
+        admin::router(self.inner.admin.clone(), Arc::new(self.clone()))
     }
 
     /// A reload reads files and parses certificates: blocking work, kept off the workers that
@@ -171,6 +165,16 @@ impl Proxy {
         executions.close();
         let _ = tokio::time::timeout(limit, executions.wait()).await;
         executions.len()
+    }
+}
+
+impl ConfigControl for Proxy {
+    fn reload(&self) -> Pin<Box<dyn Future<Output = Result<String, ConfigError>> + Send>> {
+        Box::pin(self.clone().reload_off_the_runtime())
+    }
+
+    fn state(&self) -> ReloadState {
+        self.reload_state()
     }
 }
 

@@ -321,7 +321,7 @@ fn connection_service(
        + 'static {
     hyper::service::service_fn(move |request: Request<Incoming>| {
         let stream = streams.as_ref().map(OpenStreams::open);
-        let app = live.current();
+        let app = live.load();
         let guard = PerConnection {
             router: app.router.clone(),
             peer: peer.clone(),

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use http::header::{HeaderName, HeaderValue, HOST};
-use http::uri::{PathAndQuery, Uri};
+use http::uri::{PathAndQuery, Scheme, Uri};
 use http::{Request, Response, Version};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -43,6 +43,7 @@ pub(crate) struct ClientTls;
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// A client with keep-alive pooling; connect failures surface fast so they can be retried.
 /// `tls` is the client config of an `https://` route; without one the client speaks plain HTTP.
@@ -88,11 +89,34 @@ impl Upstream {
                 request.headers_mut().insert(HOST, host);
             }
         }
+        if self.base.scheme() == Some(&Scheme::HTTPS) {
+            self.name_the_upstream(request);
+        }
         *request.uri_mut() = self.target(request.uri())?;
         *request.version_mut() = Version::HTTP_11;
         strip_hop_by_hop(request.headers_mut());
         add_forwarded_headers(request);
         Ok(())
+    }
+}
+
+impl Upstream {
+    /// An `https://` upstream is addressed by its own name, the one its certificate and the
+    /// handshake's SNI carry: a server behind a shared front (a payment processor's API) refuses
+    /// or misroutes a `Host` that names the proxy. The client's `Host` goes in
+    /// `X-Forwarded-Host`, unless an earlier proxy put one there.
+    fn name_the_upstream(&self, request: &mut Request<Body>) {
+        let Some(upstream) = self
+            .base
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        else {
+            return;
+        };
+        let headers = request.headers_mut();
+        if let Some(client) = headers.insert(HOST, upstream) {
+            headers.entry(X_FORWARDED_HOST.clone()).or_insert(client);
+        }
     }
 }
 
@@ -190,6 +214,29 @@ mod tests {
         request.extensions_mut().insert(ClientTls);
         add_forwarded_headers(&mut request);
         assert_eq!(request.headers()["x-forwarded-proto"], "https");
+    }
+
+    #[test]
+    fn an_https_upstream_gets_its_own_name_as_host() {
+        let base = "https://api.example.com/v1".parse().unwrap();
+        let upstream = Upstream::new(client_for_tests(), base);
+        let mut request = Request::new(Body::empty());
+        *request.uri_mut() = "/charges".parse().unwrap();
+        request
+            .headers_mut()
+            .insert(HOST, HeaderValue::from_static("proxy.internal:8443"));
+        upstream.prepare(&mut request).unwrap();
+        assert_eq!(request.headers()[HOST], "api.example.com");
+        assert_eq!(request.headers()["x-forwarded-host"], "proxy.internal:8443");
+        assert_eq!(request.uri(), "https://api.example.com/v1/charges");
+        let plain = Upstream::new(client_for_tests(), "http://10.0.0.1:9000".parse().unwrap());
+        let mut request = Request::new(Body::empty());
+        request
+            .headers_mut()
+            .insert(HOST, HeaderValue::from_static("proxy.internal"));
+        plain.prepare(&mut request).unwrap();
+        assert_eq!(request.headers()[HOST], "proxy.internal");
+        assert!(request.headers().get("x-forwarded-host").is_none());
     }
 
     fn client_for_tests() -> UpstreamClient {

@@ -187,6 +187,13 @@ async fn a_private_ca_upstream_needs_upstream_ca_and_a_failed_handshake_frees_th
     assert_eq!(upstream.executions_of("ca-1"), 1);
     let seen = &upstream.seen()[0];
     assert_eq!(seen.headers["x-forwarded-proto"], "http");
+    // Addressed by the name in its certificate; the client's name is passed beside it.
+    assert_eq!(
+        seen.headers["host"],
+        upstream.https_url()["https://".len()..]
+    );
+    let client_host = proxy.proxy.addr.to_string();
+    assert_eq!(seen.headers["x-forwarded-host"], client_host.as_str());
 }
 
 #[tokio::test]

@@ -26,7 +26,7 @@ pub(super) struct RawFile {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem_base: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub log_format: Option<LogFormat>,
+    pub log_format: Option<Spanned<LogFormat>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drain_timeout: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]

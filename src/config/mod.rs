@@ -47,8 +47,8 @@ pub fn load_str(origin: &str, text: &str, overrides: &Overrides) -> Result<Setti
 }
 
 /// Like [`load`], for a reload of a proxy running `running` (SPEC section 10): a config that
-/// changes `listen`, `admin_listen`, `store`, or whether the listener speaks HTTPS is refused,
-/// as only a restart can change those.
+/// changes `listen`, `admin_listen`, `store`, whether the listener speaks HTTPS, or
+/// `log_format` is refused, as only a restart can change those.
 pub fn load_for_reload(overrides: &Overrides, running: &Settings) -> Result<Settings, ConfigError> {
     let (origin, text) = read(overrides)?;
     let source = source::Source::new(&origin, &text);

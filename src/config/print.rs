@@ -18,7 +18,7 @@ pub(super) fn to_toml(settings: &Settings) -> String {
         store: unspanned(settings.store.to_string()),
         upstream: None,
         problem_base: unspanned(settings.problem_base.as_str().to_owned()),
-        log_format: Some(settings.log_format),
+        log_format: unspanned(settings.log_format),
         drain_timeout: unspanned(humane(settings.drain_timeout)),
         admin_token: settings
             .admin_token

@@ -93,7 +93,10 @@ pub(super) fn resolve(
         listen: listen(src, cli, raw.listen.as_ref())?,
         admin_listen: admin_listen(src, cli, raw.admin_listen.as_ref())?,
         store: store(src, cli, raw.store.as_ref())?,
-        log_format: cli.log_format.or(raw.log_format).unwrap_or_default(),
+        log_format: cli
+            .log_format
+            .or(raw.log_format.map(Spanned::into_inner))
+            .unwrap_or_default(),
         drain_timeout: drain_timeout(src, raw.drain_timeout.as_ref())?,
         admin_token: raw
             .admin_token

@@ -1,7 +1,8 @@
 //! What a reload may not change (SPEC section 10): the addresses the proxy listens on, its
-//! store, and whether its listener speaks HTTPS. Each is bound once at start (a socket, an open
-//! store, the listener's protocol), so a new value could only be pretended to: a reload that
-//! changes one is refused, naming the key and its line, and the running config stays.
+//! store, whether its listener speaks HTTPS, and its log format. Each is bound once at start (a
+//! socket, an open store, the listener's protocol, the process's log writer), so a new value
+//! could only be pretended to: a reload that changes one is refused, naming the key and its
+//! line, and the running config stays.
 
 use std::ops::Range;
 
@@ -16,6 +17,7 @@ pub(super) struct Positions {
     admin_listen: Option<Range<usize>>,
     store: Option<Range<usize>>,
     tls_cert: Option<Range<usize>>,
+    log_format: Option<Range<usize>>,
 }
 
 impl Positions {
@@ -25,6 +27,7 @@ impl Positions {
             admin_listen: raw.admin_listen.as_ref().map(toml::Spanned::span),
             store: raw.store.as_ref().map(toml::Spanned::span),
             tls_cert: raw.tls_cert.as_ref().map(toml::Spanned::span),
+            log_format: raw.log_format.as_ref().map(toml::Spanned::span),
         }
     }
 }
@@ -68,6 +71,12 @@ pub(super) fn unchanged(
             &at.tls_cert,
             protocol(running).to_owned(),
             protocol(new).to_owned(),
+        ),
+        (
+            "log_format",
+            &at.log_format,
+            format!("{:?}", running.log_format).to_lowercase(),
+            format!("{:?}", new.log_format).to_lowercase(),
         ),
     ];
     for (key, span, was, now) in keys {

@@ -204,6 +204,13 @@ fn a_reload_may_not_change_the_listeners_or_the_store() {
         message.contains(":3: key \"tls_cert\": plain HTTP -> HTTPS needs a restart"),
         "{message}"
     );
+    let message = refused(format!(
+        "{UPSTREAM}store = \"memory\"\nlog_format = \"json\"\n"
+    ));
+    assert!(
+        message.contains(":3: key \"log_format\": text -> json"),
+        "{message}"
+    );
     let message = refused(UPSTREAM.to_owned());
     assert!(message.contains(":1: key \"store\""), "{message}");
 }
