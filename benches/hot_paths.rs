@@ -1,5 +1,7 @@
 //! The per-request work of the idempotency layer that does not touch the network: key
-//! parsing, fingerprinting, and encoding and decoding records.
+//! parsing, fingerprinting, encoding and decoding records, canonicalizing JSON bodies for
+//! `fingerprint_body = "json"`, and recording each finished request (metrics, log line, status
+//! page).
 //!
 //! `cargo bench --bench hot_paths`
 
@@ -8,9 +10,12 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use idempotency_proxy::jcs::{self, JsonPointer};
 use idempotency_proxy::model::{
-    CompletedRecord, FencingToken, Fingerprint, IdempotencyKey, Record, StoredBody,
+    CompletedRecord, FencingToken, Fingerprint, IdempotencyKey, Record, RouteName, StoredBody,
 };
+use idempotency_proxy::recording::{self, RequestOutcome, RouteActivity, RouteMetrics};
+use sha2::{Digest, Sha256};
 
 fn key_parsing(c: &mut Criterion) {
     let mut group = c.benchmark_group("key");
@@ -77,5 +82,112 @@ fn records(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, key_parsing, fingerprint, records);
+/// A payment-like JSON body of exactly `size` bytes, its members out of canonical order and
+/// spaced as a client might send them: order lines fill it, a note pads it to the byte.
+fn json_body(size: usize) -> Vec<u8> {
+    let head = r#"{"metadata": {"request_time": "2024-05-01T12:00:00.123Z", "order_id": "1042"}, "amount": 1999, "currency": "eur", "items": ["#;
+    let mut body = String::from(head);
+    let tail_len = r#"], "note": ""}"#.len();
+    for i in 0.. {
+        let separator = if i == 0 { "" } else { ", " };
+        let item = format!(
+            r#"{separator}{{"sku": "sku_{i:04}", "quantity": {}, "unit_price": {}.5, "name": "Item {i}"}}"#,
+            i % 3 + 1,
+            i * 7 % 100
+        );
+        if body.len() + item.len() + tail_len > size {
+            break;
+        }
+        body.push_str(&item);
+    }
+    let padding = size - body.len() - tail_len;
+    body.push_str(&format!(r#"], "note": "{}"}}"#, "n".repeat(padding)));
+    assert_eq!(body.len(), size);
+    body.into_bytes()
+}
+
+/// What `fingerprint_body = "json"` adds to a request: canonicalizing the body, with and without
+/// a pointer to ignore, beside the SHA-256 of the same bytes that every fingerprint pays.
+fn json_canonicalization(c: &mut Criterion) {
+    let mut group = c.benchmark_group("jcs");
+    let ignore = [JsonPointer::parse("/metadata/request_time").unwrap()];
+    for size in [256usize, 16 * 1024] {
+        let body = json_body(size);
+        assert!(jcs::canonicalize(&body, &ignore).is_some());
+        group.throughput(Throughput::Bytes(size as u64));
+        group.bench_with_input(BenchmarkId::new("canonicalize", size), &body, |b, body| {
+            b.iter(|| jcs::canonicalize(body, &[]));
+        });
+        group.bench_with_input(
+            BenchmarkId::new("canonicalize_ignoring", size),
+            &body,
+            |b, body| b.iter(|| jcs::canonicalize(body, &ignore)),
+        );
+        group.bench_with_input(BenchmarkId::new("sha256", size), &body, |b, body| {
+            b.iter(|| Sha256::digest(body));
+        });
+    }
+    group.finish();
+}
+
+/// What every finished request costs to record: the status page's share alone (counts, the
+/// per-second ring, the last decisions), then the whole hook with the Prometheus recorder
+/// installed, and the status page's share with two threads recording one route at once.
+fn recording(c: &mut Criterion) {
+    recording::install_recorder();
+    let mut group = c.benchmark_group("finished");
+    let route = RouteName::new("bench-payments").unwrap();
+    let activity = RouteActivity::of(&route);
+    // The wall clock read that recording makes, for scale.
+    group.bench_function("wall_clock", |b| b.iter(std::time::SystemTime::now));
+    group.bench_function("status_page", |b| {
+        b.iter(|| activity.request_finished(RequestOutcome::Replayed, 201, Some("0a1b2c3d4e5f")));
+    });
+    let metrics = RouteMetrics::new(&route);
+    let response = http::Response::builder()
+        .status(StatusCode::CREATED)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    group.bench_function("request_finished", |b| {
+        b.iter(|| {
+            metrics.request_finished(
+                RequestOutcome::Replayed,
+                &response,
+                Some("0a1b2c3d4e5f"),
+                std::time::Duration::from_micros(250),
+            );
+        });
+    });
+    group.bench_function("status_page_two_threads", |b| {
+        b.iter_custom(|iterations| {
+            let started = std::time::Instant::now();
+            std::thread::scope(|threads| {
+                for _ in 0..2 {
+                    threads.spawn(|| {
+                        for _ in 0..iterations {
+                            activity.request_finished(
+                                RequestOutcome::Forwarded,
+                                201,
+                                Some("0a1b2c3d4e5f"),
+                            );
+                        }
+                    });
+                }
+            });
+            // Each thread made `iterations` recordings side by side: the time one took while
+            // the other thread was recording into the same route.
+            started.elapsed()
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    key_parsing,
+    fingerprint,
+    records,
+    json_canonicalization,
+    recording
+);
 criterion_main!(benches);

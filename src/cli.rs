@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::config::{self, LogFormat, Overrides};
-use crate::{proxy, server, telemetry};
+use crate::{logging, proxy, server};
 
 /// A reverse proxy that makes unsafe HTTP requests safe to retry with `Idempotency-Key`.
 #[derive(Debug, Clone, Default, Parser)]
@@ -95,7 +95,7 @@ pub fn run() -> ExitCode {
         print!("{}", settings.to_toml());
         return ExitCode::SUCCESS;
     }
-    telemetry::init_logging(settings.log_format);
+    logging::init(settings.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {

@@ -21,7 +21,9 @@ use http::{Response, StatusCode};
 
 use crate::model::KeyError;
 use crate::units::ByteSize;
-use crate::BoxError;
+
+/// The boxed error inner services and bodies may fail with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Everything the proxy answers by itself.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -19,12 +19,17 @@ mod framing;
 pub mod fuzzing;
 mod headers;
 pub mod idempotency;
+pub mod jcs;
+mod logging;
+mod metric_catalog;
 pub mod model;
+mod outcome;
 mod problem;
 mod proxy;
 mod router;
 mod secret;
 mod server;
+mod status;
 pub mod store;
 mod telemetry;
 mod tls;
@@ -32,12 +37,25 @@ pub mod units;
 mod upstream;
 
 pub use cli::run as run_command_line;
-pub use error::ProxyError;
+pub use error::{BoxError, ProxyError};
 pub use idempotency::{IdempotencyLayer, IdempotencyService, Policy};
+pub use metric_catalog::{Metric, MetricKind, METRICS};
 pub use problem::{ProblemBase, ProblemLayer, ProblemService};
 pub use proxy::{Proxy, ReloadState, StartError};
 pub use secret::Secret;
+pub use status::{config_digest, InboxQueues, InboxStats, Status};
 pub use store::{Store, StoreError};
 
-/// The boxed error inner services and bodies may fail with.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The recording every request does (metrics, its log line, the status page's counts),
+/// reachable for `benches/hot_paths.rs`. Not part of the proxy's API.
+#[doc(hidden)]
+pub mod recording {
+    pub use crate::outcome::RequestOutcome;
+    pub use crate::status::activity::RouteActivity;
+    pub use crate::telemetry::RouteMetrics;
+
+    /// Installs the process-wide Prometheus recorder, as the proxy does before building routes.
+    pub fn install_recorder() {
+        crate::admin::metrics_handle();
+    }
+}

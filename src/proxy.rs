@@ -4,7 +4,7 @@
 //! What one config makes (the routes and their stacks, what the admin endpoints read) is a
 //! generation (`generation.rs`); a reload (`reload.rs`) builds the next one and swaps it in
 //! whole, while what must outlive it (the store, the replay cache, the first requests still
-//! running, the plain upstreams' connection pool, the listener's TLS session keys) stays.
+//! running, the status page's record, the listener's TLS session keys) stays.
 
 mod generation;
 mod reload;
@@ -19,9 +19,11 @@ use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use crate::admin::{self, AdminView, ConfigControl};
+use crate::admin::{self, AdminView, Reload};
 use crate::config::{ConfigError, Overrides, Settings};
+use crate::metric_catalog;
 use crate::server::{self, LiveApp};
+use crate::status::Status;
 use crate::store::{self, Store, StoreError};
 use crate::tls::TlsListener;
 use generation::Kept;
@@ -60,6 +62,8 @@ struct Inner {
     /// The listener's handshakes, when it speaks HTTPS.
     tls: Option<Arc<TlsListener>>,
     reloads: Reloads,
+    /// What the status page reports; it outlives every reload, and hears of each.
+    status: Arc<Status>,
 }
 
 impl Proxy {
@@ -78,6 +82,7 @@ impl Proxy {
                 .as_ref()
                 .map(|tls| Arc::new(TlsListener::new(tls))),
             reloads: Reloads::new(settings),
+            status: Arc::new(Status::new(settings)),
             kept,
         };
         Self {
@@ -106,14 +111,19 @@ impl Proxy {
     /// config's digest, or why the running config stays.
     pub fn reload(&self) -> Result<String, ConfigError> {
         let inner = &self.inner;
-        inner.reloads.reload(|settings| {
+        let outcome = inner.reloads.reload(|settings| {
             let generation = generation::build(settings, &inner.kept);
             inner.live.replace(generation.app);
             inner.admin.store(Arc::new(generation.admin));
             if let (Some(listener), Some(pair)) = (&inner.tls, &settings.tls) {
                 listener.replace(pair);
             }
-        })
+            inner.status.reload_applied(settings);
+        });
+        if outcome.is_err() {
+            inner.status.reload_refused();
+        }
+        outcome
     }
 
     /// The running config's digest, and when the last reload was asked for and how it went.
@@ -124,7 +134,14 @@ impl Proxy {
     /// The admin endpoints (health, readiness, metrics, records, reload), to serve on a
     /// listener of their own.
     pub fn admin(&self) -> axum::Router {
-        admin::router(self.inner.admin.clone(), Arc::new(self.clone()))
+        let status = self.inner.status.clone();
+        admin::router(self.inner.admin.clone(), Arc::new(self.clone()), status)
+    }
+
+    /// What the admin status page reports. [`reload`](Self::reload) tells it when a new config
+    /// is applied or refused.
+    pub fn status(&self) -> &Arc<Status> {
+        &self.inner.status
     }
 
     /// A reload reads files and parses certificates: blocking work, kept off the workers that
@@ -168,13 +185,9 @@ impl Proxy {
     }
 }
 
-impl ConfigControl for Proxy {
+impl Reload for Proxy {
     fn reload(&self) -> Pin<Box<dyn Future<Output = Result<String, ConfigError>> + Send>> {
         Box::pin(self.clone().reload_off_the_runtime())
-    }
-
-    fn state(&self) -> ReloadState {
-        self.reload_state()
     }
 }
 
@@ -192,7 +205,7 @@ pub(crate) async fn serve(
     overrides: Overrides,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
-    admin::describe_metrics();
+    metric_catalog::describe_metrics();
     let proxy = Proxy::open(&settings).await?.reload_from(overrides);
     // Before the listener is bound: from then on a SIGHUP must reload, never end the process.
     let hangups = reload_on_hangup(&proxy);

@@ -3,7 +3,7 @@
 //! refused, and a graceful drain on shutdown.
 //!
 //! Each connection's requests go through, outermost first:
-//! - [`ProblemLayer`], so every answer the proxy makes itself, wherever below it is made, is
+//! - [`ProblemLayer`](crate::ProblemLayer), so every answer the proxy makes itself, wherever below it is made, is
 //!   rendered once, with the configured problem base;
 //! - the connection's own guard ([`PerConnection`]): it tags each request with the client's
 //!   address (and whether it came over TLS) and refuses an ambiguously framed one before
@@ -43,23 +43,14 @@ use tower::{Layer, Service};
 use crate::config::Limits;
 use crate::error::ProxyError;
 use crate::framing::{self, FramingGuard, Verdicts};
-use crate::problem::ProblemLayer;
 use crate::router::{Router, RouterFuture};
 use crate::tls::TlsListener;
 use crate::upstream::{ClientAddr, ClientTls};
 use closing::{Closing, IdleLimit};
-pub(crate) use live::LiveApp;
+pub(crate) use live::{App, LiveApp};
 use opening::{opening, Protocol};
 use slots::{Slot, Slots};
 use streams::{CountedBody, OpenStreams};
-
-/// What the server serves: the routes, how problems are rendered, what a client may cost.
-#[derive(Debug, Clone)]
-pub(crate) struct App {
-    pub(crate) router: Router,
-    pub(crate) problems: ProblemLayer,
-    pub(crate) limits: Limits,
-}
 
 /// Serves the app in force on `listener` (HTTPS only when `tls` is given) until `shutdown`
 /// resolves, then stops accepting and lets the open connections finish, for at most

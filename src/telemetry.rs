@@ -1,9 +1,10 @@
-//! One place that reports what happened to a request: a log line and the request counter.
+//! One place that reports what happened to a request: a log line, the request counter and the
+//! status page's record of it.
 //!
 //! Logs carry a short digest of the scoped key, never the key, a secret header or a body:
 //! idempotency keys are often guessable customer data, and a log is read by many people.
 
-use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -11,6 +12,8 @@ use http::Response;
 
 use crate::error::{Cause, ProxyError};
 use crate::model::RouteName;
+use crate::outcome::{RequestOutcome, OUTCOMES};
+use crate::status::activity::RouteActivity;
 
 /// The counter of requests by route and outcome (SPEC section 7).
 pub(crate) const REQUESTS_TOTAL: &str = "idempotency_requests_total";
@@ -22,74 +25,30 @@ pub(crate) const UPSTREAM_SECONDS: &str = "idempotency_upstream_seconds";
 pub(crate) const IN_FLIGHT: &str = "idempotency_in_flight";
 /// Requests that went upstream without deduplication because the store failed (`fail_open`).
 pub(crate) const FAIL_OPEN_TOTAL: &str = "idempotency_fail_open_total";
+/// Requests answered `503 store-unavailable` (`fail_closed`), by route.
+pub(crate) const STORE_UNAVAILABLE_TOTAL: &str = "idempotency_store_unavailable_total";
 /// Config reloads by `result`: `ok` (applied) or `error` (refused; the running config stays).
 pub(crate) const CONFIG_RELOADS_TOTAL: &str = "idempotency_config_reloads_total";
-
-/// What the proxy did with a request, as named in metrics and logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(usize)]
-pub(crate) enum RequestOutcome {
-    /// First request with its key: sent upstream, outcome stored.
-    Forwarded,
-    /// Answered from the store.
-    Replayed,
-    /// Another request with the key was still in flight.
-    Conflict,
-    /// The key was used before for a different request.
-    Mismatch,
-    /// Refused by the proxy (missing or invalid key, body too large, store unavailable).
-    Rejected,
-    /// Sent upstream, then the key was freed (not executed, or ambiguous with `release`).
-    Released,
-    /// Sent upstream without deduplication (no key, method not covered, store failed open).
-    Bypassed,
-}
-
-impl RequestOutcome {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            RequestOutcome::Forwarded => "forwarded",
-            RequestOutcome::Replayed => "replayed",
-            RequestOutcome::Conflict => "conflict",
-            RequestOutcome::Mismatch => "mismatch",
-            RequestOutcome::Rejected => "rejected",
-            RequestOutcome::Released => "released",
-            RequestOutcome::Bypassed => "bypassed",
-        }
-    }
-}
-
-impl fmt::Display for RequestOutcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-const OUTCOMES: [RequestOutcome; 7] = [
-    RequestOutcome::Forwarded,
-    RequestOutcome::Replayed,
-    RequestOutcome::Conflict,
-    RequestOutcome::Mismatch,
-    RequestOutcome::Rejected,
-    RequestOutcome::Released,
-    RequestOutcome::Bypassed,
-];
 
 /// One route's metric handles, registered once when the route is built, so the request path
 /// does no registry look-ups. Build it after installing the metrics recorder.
 #[derive(Debug, Clone)]
-pub(crate) struct RouteMetrics {
+pub struct RouteMetrics {
     route: RouteName,
     requests: [metrics::Counter; 7],
     fail_open: metrics::Counter,
+    store_unavailable: metrics::Counter,
     in_flight: metrics::Gauge,
     upstream: metrics::Histogram,
     reserve: metrics::Histogram,
     complete: metrics::Histogram,
+    /// What the status page shows of the route.
+    activity: Arc<RouteActivity>,
 }
 
 impl RouteMetrics {
-    pub(crate) fn new(route: &RouteName) -> Self {
+    /// Registers the route's metrics and finds its status page activity.
+    pub fn new(route: &RouteName) -> Self {
         let name = || route.as_str().to_owned();
         Self {
             route: route.clone(),
@@ -97,16 +56,18 @@ impl RouteMetrics {
                 |o| metrics::counter!(REQUESTS_TOTAL, "route" => name(), "outcome" => o.as_str()),
             ),
             fail_open: metrics::counter!(FAIL_OPEN_TOTAL, "route" => name()),
+            store_unavailable: metrics::counter!(STORE_UNAVAILABLE_TOTAL, "route" => name()),
             in_flight: metrics::gauge!(IN_FLIGHT, "route" => name()),
             upstream: metrics::histogram!(UPSTREAM_SECONDS, "route" => name()),
             reserve: metrics::histogram!(STORE_SECONDS, "op" => "reserve"),
             complete: metrics::histogram!(STORE_SECONDS, "op" => "complete"),
+            activity: RouteActivity::of(route),
         }
     }
 
     /// Logs and counts one finished request. `key_id` is the scoped key's short digest, if
     /// any; the problem the proxy answered and the cause of a failure are read off the response.
-    pub(crate) fn request_finished(
+    pub fn request_finished(
         &self,
         outcome: RequestOutcome,
         response: &Response<Body>,
@@ -114,12 +75,17 @@ impl RouteMetrics {
         elapsed: Duration,
     ) {
         self.requests[outcome as usize].increment(1);
+        let status = response.status().as_u16();
+        self.activity.request_finished(outcome, status, key_id);
         let problem = response.extensions().get::<ProxyError>();
+        if matches!(problem, Some(ProxyError::StoreUnavailable)) {
+            self.store_unavailable.increment(1);
+        }
         let cause = response.extensions().get::<Cause>();
         tracing::info!(
             route = self.route.as_str(),
             outcome = outcome.as_str(),
-            status = response.status().as_u16(),
+            status,
             latency_ms = elapsed.as_secs_f64() * 1000.0,
             key = key_id.unwrap_or("-"),
             problem = problem.map(ProxyError::problem_type),
@@ -129,9 +95,10 @@ impl RouteMetrics {
     }
 
     /// Counts a first request as running upstream until the guard is dropped.
-    pub(crate) fn in_flight(&self) -> InFlightGuard {
+    pub(crate) fn in_flight(&self) -> InFlightGuard<'_> {
         self.in_flight.increment(1.0);
-        InFlightGuard(self.in_flight.clone())
+        self.activity.in_flight_moved(1);
+        InFlightGuard(self)
     }
 
     /// How long the upstream took to answer (headers and the buffered body).
@@ -142,11 +109,13 @@ impl RouteMetrics {
     /// How long reserving a key in the store took.
     pub(crate) fn reserved(&self, elapsed: Duration) {
         self.reserve.record(elapsed.as_secs_f64());
+        self.activity.store_operation(elapsed);
     }
 
     /// How long storing an outcome took.
     pub(crate) fn completed(&self, elapsed: Duration) {
         self.complete.record(elapsed.as_secs_f64());
+        self.activity.store_operation(elapsed);
     }
 
     /// A request forwarded without deduplication because the store failed (`fail_open`).
@@ -156,26 +125,11 @@ impl RouteMetrics {
 }
 
 /// Counts a first request as running upstream until dropped.
-pub(crate) struct InFlightGuard(metrics::Gauge);
+pub(crate) struct InFlightGuard<'a>(&'a RouteMetrics);
 
-impl Drop for InFlightGuard {
+impl Drop for InFlightGuard<'_> {
     fn drop(&mut self) {
-        self.0.decrement(1.0);
+        self.0.in_flight.decrement(1.0);
+        self.0.activity.in_flight_moved(-1);
     }
-}
-
-/// Sends log lines to stderr as text or JSON; `RUST_LOG` narrows or widens what is logged.
-pub(crate) fn init_logging(format: crate::config::LogFormat) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    // Colours only for a person at a terminal: escape codes in a log file are noise to parse.
-    let colours = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(colours)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        crate::config::LogFormat::Text => builder.try_init(),
-        crate::config::LogFormat::Json => builder.json().flatten_event(true).try_init(),
-    };
 }

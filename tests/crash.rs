@@ -7,39 +7,16 @@ mod common;
 use std::time::Duration;
 
 use common::binary::{exit_code, sigkill, sigterm, start_binary};
+use common::temp::TempPath;
 use common::upstream::TestUpstream;
-
-/// A fresh store file for one test; removed when the test ends.
-struct StoreFile(std::path::PathBuf);
-
-impl StoreFile {
-    fn new(test: &str) -> Self {
-        let path = std::env::temp_dir().join(format!(
-            "idempotency-proxy-{test}-{}.db",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_file(&path);
-        Self(path)
-    }
-
-    fn spec(&self) -> String {
-        format!("file:{}", self.0.display())
-    }
-}
-
-impl Drop for StoreFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
 
 #[tokio::test]
 async fn a_completed_key_replays_after_a_sigkill_and_an_in_flight_key_frees_after_its_lease() {
     let upstream = TestUpstream::start().await;
-    let file = StoreFile::new("sigkill");
+    let file = TempPath::new("sigkill.db");
     let args = [
         "--store",
-        &file.spec(),
+        &file.store_spec(),
         "--config",
         &lease_config(&upstream.url()),
     ];
@@ -90,8 +67,8 @@ async fn a_completed_key_replays_after_a_sigkill_and_an_in_flight_key_frees_afte
 #[tokio::test]
 async fn shutdown_records_the_outcome_of_an_operation_whose_client_left() {
     let upstream = TestUpstream::start().await;
-    let file = StoreFile::new("drain");
-    let args = ["--store", &file.spec()];
+    let file = TempPath::new("drain.db");
+    let args = ["--store", &file.store_spec()];
     let (proxy, client) = start_binary(&upstream.url(), &args).await;
     let leaving = client.clone();
     let gone = tokio::spawn(async move {

@@ -1,85 +1,25 @@
 //! The file store beyond the shared suite: what survives a restart or a crash, how opening fails,
 //! and that expired records are purged so the file stops growing.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::time::sleep;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, StatusCode};
-use idempotency_proxy::model::{
-    CompletedRecord, FencingToken, Fingerprint, IdempotencyKey, Record, RouteName, ScopedKey,
-    StoredBody,
-};
+use common::records::{acquire, big_body, key, outcome};
+use common::temp::TempPath;
+use idempotency_proxy::model::{FencingToken, Record, ScopedKey};
 use idempotency_proxy::store::{
-    self, file::PURGE_INTERVAL, Fenced, FileStore, MemoryStore, Reservation, Store, StoreError,
-    StoreSpec,
+    self, file::PURGE_INTERVAL, Fenced, FileStore, Store, StoreError, StoreSpec,
 };
 
 const LONG: Duration = Duration::from_secs(60);
-
-/// A database path unique to one test, removed (with anything redb left) when dropped.
-struct TempPath(PathBuf);
-
-impl TempPath {
-    fn new(test: &str) -> Self {
-        let name = format!("idempotency-proxy-file-{}-{test}.redb", std::process::id());
-        let path = std::env::temp_dir().join(name);
-        let _ = std::fs::remove_file(&path);
-        Self(path)
-    }
-}
-
-impl Drop for TempPath {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn key(name: &str) -> ScopedKey {
-    let route = RouteName::new("payments").unwrap();
-    ScopedKey::new(route, None, IdempotencyKey::new(name).unwrap())
-}
-
-fn fp() -> Fingerprint {
-    Fingerprint::from_bytes([9; 32])
-}
-
-fn outcome(token: FencingToken, body: Bytes) -> CompletedRecord {
-    let mut headers = HeaderMap::new();
-    headers.append(
-        "content-type",
-        HeaderValue::from_static("application/octet-stream"),
-    );
-    headers.append("x-multi", HeaderValue::from_static("a"));
-    headers.append("x-multi", HeaderValue::from_static("b"));
-    CompletedRecord {
-        fingerprint: fp(),
-        token,
-        created_at: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
-        status: StatusCode::CREATED,
-        headers,
-        body: StoredBody::Kept(body),
-    }
-}
-
-/// 1 MiB of arbitrary bytes, so any truncation or re-encoding shows.
-fn big_body() -> Bytes {
-    (0..1u32 << 20)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
-        .collect()
-}
-
-async fn acquire(store: &dyn Store, key: &ScopedKey, lease: Duration) -> FencingToken {
-    match store.reserve(key, fp(), lease).await.unwrap() {
-        Reservation::Acquired(token) => token,
-        other => panic!("expected Acquired, got {other:?}"),
-    }
-}
 
 async fn in_flight_token(store: &dyn Store, key: &ScopedKey) -> Option<FencingToken> {
     match store.get(key).await.unwrap() {
@@ -91,8 +31,8 @@ async fn in_flight_token(store: &dyn Store, key: &ScopedKey) -> Option<FencingTo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_survive_closing_and_reopening() {
-    let path = TempPath::new("reopen");
-    let store = FileStore::open(&path.0).unwrap();
+    let path = TempPath::new("file-reopen.redb");
+    let store = FileStore::open(path.path()).unwrap();
     let held = acquire(&store, &key("held"), LONG).await;
     let token = acquire(&store, &key("done"), LONG).await;
     let done = outcome(token, big_body());
@@ -101,7 +41,9 @@ async fn records_survive_closing_and_reopening() {
     drop(store);
 
     // Reopened the way the proxy opens it, from its spec.
-    let store = store::open(&StoreSpec::File(path.0.clone())).await.unwrap();
+    let store = store::open(&StoreSpec::File(path.path().to_path_buf()))
+        .await
+        .unwrap();
     assert_eq!(in_flight_token(&*store, &key("held")).await, Some(held));
     let (record, left) = store.get(&key("done")).await.unwrap().unwrap();
     assert_eq!(record, Record::Completed(done));
@@ -123,8 +65,8 @@ async fn records_survive_closing_and_reopening() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_reserves_of_different_keys_all_succeed_and_are_durable() {
-    let path = TempPath::new("concurrent");
-    let store: Arc<dyn Store> = Arc::new(FileStore::open(&path.0).unwrap());
+    let path = TempPath::new("file-concurrent.redb");
+    let store: Arc<dyn Store> = Arc::new(FileStore::open(path.path()).unwrap());
     let tasks: Vec<_> = (0..200)
         .map(|i| {
             let store = store.clone();
@@ -140,7 +82,7 @@ async fn concurrent_reserves_of_different_keys_all_succeed_and_are_durable() {
     }
     drop(store);
 
-    let store = FileStore::open(&path.0).unwrap();
+    let store = FileStore::open(path.path()).unwrap();
     assert_eq!(store.stored_records().await.unwrap(), 200);
     for (key, token) in &acquired {
         assert_eq!(in_flight_token(&store, key).await, Some(*token));
@@ -156,33 +98,39 @@ fn open_error(path: &Path) -> String {
 
 #[test]
 fn a_file_that_is_not_a_database_does_not_open() {
-    let path = TempPath::new("not-a-db");
-    std::fs::write(&path.0, "store = \"memory\"\n".repeat(400)).unwrap();
-    let message = open_error(&path.0);
-    assert!(message.contains(&*path.0.to_string_lossy()), "{message}");
+    let path = TempPath::new("file-not-a-db.redb");
+    std::fs::write(path.path(), "store = \"memory\"\n".repeat(400)).unwrap();
+    let message = open_error(path.path());
+    assert!(
+        message.contains(&*path.path().to_string_lossy()),
+        "{message}"
+    );
     assert!(message.contains("not a store file"), "{message}");
     // Nothing was written over it.
-    assert_eq!(std::fs::read(&path.0).unwrap().len(), 17 * 400);
+    assert_eq!(std::fs::read(path.path()).unwrap().len(), 17 * 400);
 }
 
 #[test]
 fn a_file_already_in_use_does_not_open_twice() {
-    let path = TempPath::new("locked");
-    let first = FileStore::open(&path.0).unwrap();
-    let message = open_error(&path.0);
-    assert!(message.contains(&*path.0.to_string_lossy()), "{message}");
+    let path = TempPath::new("file-locked.redb");
+    let first = FileStore::open(path.path()).unwrap();
+    let message = open_error(path.path());
+    assert!(
+        message.contains(&*path.path().to_string_lossy()),
+        "{message}"
+    );
     assert!(message.contains("already open"), "{message}");
     drop(first);
-    FileStore::open(&path.0).unwrap();
+    FileStore::open(path.path()).unwrap();
 }
 
 #[test]
 fn missing_directories_are_created() {
-    let dir = TempPath::new("dir");
-    let path = dir.0.join("nested").join("store.redb");
+    let dir = TempPath::new("file-dir.redb");
+    let path = dir.path().join("nested").join("store.redb");
     FileStore::open(&path).unwrap();
     assert!(path.is_file());
-    std::fs::remove_dir_all(&dir.0).unwrap();
+    std::fs::remove_dir_all(dir.path()).unwrap();
 }
 
 /// Reserves and completes `count` keys from 32 tasks, each outcome with a `body` of that many bytes and `ttl`.
@@ -208,8 +156,8 @@ async fn load(store: &Arc<FileStore>, round: &str, count: usize, body: usize, tt
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_records_are_purged_and_the_file_stops_growing() {
-    let path = TempPath::new("purge");
-    let store = Arc::new(FileStore::open(&path.0).unwrap());
+    let path = TempPath::new("file-purge.redb");
+    let store = Arc::new(FileStore::open(path.path()).unwrap());
     let ttl = Duration::from_millis(200);
     let (count, body) = (1000, 4096);
     let mut sizes = Vec::new();
@@ -224,7 +172,7 @@ async fn expired_records_are_purged_and_the_file_stops_growing() {
             .await
             .unwrap()
             .is_none());
-        sizes.push(std::fs::metadata(&path.0).unwrap().len());
+        sizes.push(std::fs::metadata(path.path()).unwrap().len());
     }
     // Freed pages are reused, so the file stays near one round's worth of data (it wanders a
     // little with how the batches fell); without purging, five rounds would need 20 MiB.
@@ -313,10 +261,10 @@ fn acknowledgements(
 
 #[test]
 fn acknowledged_writes_survive_a_kill() {
-    let path = TempPath::new("crash");
+    let path = TempPath::new("file-crash.redb");
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["crash_child", "--exact", "--ignored", "--nocapture"])
-        .env(CRASH_DB, &path.0)
+        .env(CRASH_DB, path.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -332,7 +280,7 @@ fn acknowledged_writes_survive_a_kill() {
         .build()
         .unwrap();
     runtime.block_on(async move {
-        let store = FileStore::open(&path.0).unwrap();
+        let store = FileStore::open(path.path()).unwrap();
         for (done, name, token) in &acks {
             let token = FencingToken::from_u64(*token);
             let record = store
@@ -349,43 +297,4 @@ fn acknowledged_writes_survive_a_kill() {
             }
         }
     });
-}
-
-/// `pairs` reserve+complete pairs on distinct keys from `tasks` tasks; returns pairs per second.
-async fn pairs_per_second(store: Arc<dyn Store>, pairs: usize, tasks: usize) -> f64 {
-    let started = Instant::now();
-    let workers: Vec<_> = (0..tasks)
-        .map(|task| {
-            let store = store.clone();
-            tokio::spawn(async move {
-                for i in (task..pairs).step_by(tasks) {
-                    let key = key(&format!("bench-{i}"));
-                    let token = acquire(&*store, &key, LONG).await;
-                    let done = outcome(token, Bytes::from_static(b"{\"id\":\"ch_1\"}"));
-                    store.complete(&key, &done, LONG).await.unwrap();
-                }
-            })
-        })
-        .collect();
-    for worker in workers {
-        worker.await.unwrap();
-    }
-    pairs as f64 / started.elapsed().as_secs_f64()
-}
-
-/// Run with `cargo test --release --test file_store -- --ignored --nocapture throughput`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a measurement, not a check"]
-async fn throughput_of_the_file_store_against_memory() {
-    let (pairs, tasks) = (2000, 64);
-    let path = TempPath::new("throughput");
-    let file = pairs_per_second(Arc::new(FileStore::open(&path.0).unwrap()), pairs, tasks).await;
-    let memory = pairs_per_second(Arc::new(MemoryStore::new()), pairs, tasks).await;
-    println!("{pairs} reserve+complete pairs from {tasks} tasks:");
-    println!("  file:   {file:>12.0} pairs/s ({:.0} ops/s)", 2.0 * file);
-    println!(
-        "  memory: {memory:>12.0} pairs/s ({:.0} ops/s)",
-        2.0 * memory
-    );
-    println!("  memory / file = {:.1}", memory / file);
 }

@@ -9,17 +9,17 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
-use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, StatusCode};
-use idempotency_proxy::model::{
-    ClientScope, CompletedRecord, FencingToken, Fingerprint, IdempotencyKey, Record, RouteName,
-    ScopedKey, StoredBody,
-};
+use common::records::{self, acquire, big_body, fp, outcome, scoped, small_body};
+use common::temp::TempPath;
+use http::StatusCode;
+use idempotency_proxy::model::{FencingToken, Record, ScopedKey, StoredBody};
 use idempotency_proxy::store::{
-    Fenced, FileStore, MemoryStore, RedisStore, Reservation, Store, StoreError, StoreSpec,
+    CachingStore, Fenced, FileStore, MemoryStore, RedisStore, ReplayCache, Reservation,
+    SealedStore, SealingKey, SealingKeys, Store, StoreError, StoreSpec,
 };
+use idempotency_proxy::Secret;
 use tokio::time::sleep;
 
 type Backend = Option<Arc<dyn Store>>;
@@ -31,11 +31,28 @@ async fn memory(_test: &str) -> Backend {
 /// A fresh database file per test, so cases never see each other's records. The path is unlinked
 /// once open: the store keeps its handle, and nothing is left behind in the temp directory.
 async fn file(test: &str) -> Backend {
-    let name = format!("idempotency-proxy-{}-{test}.redb", std::process::id());
-    let path = std::env::temp_dir().join(name);
-    let _ = std::fs::remove_file(&path);
-    let store = FileStore::open(&path).unwrap();
-    let _ = std::fs::remove_file(&path);
+    let path = TempPath::new(&format!("{test}.redb"));
+    Some(Arc::new(FileStore::open(path.path()).unwrap()))
+}
+
+/// Encryption at rest over the memory store: every case holds through sealing and opening.
+async fn sealed(test: &str) -> Backend {
+    let path = TempPath::new(&format!("{test}.key"));
+    std::fs::write(path.path(), "07".repeat(32)).unwrap();
+    let secret = Secret::resolve(&format!("file:{}", path.path().display())).unwrap();
+    let keys = SealingKeys::new(SealingKey::from_secret(&secret).unwrap(), Vec::new());
+    Some(Arc::new(SealedStore::new(
+        Arc::new(MemoryStore::new()),
+        keys,
+    )))
+}
+
+/// The replay cache in front of the memory store, serving copies for longer than any case runs:
+/// every case must hold with copies answered from memory too.
+async fn cached(_test: &str) -> Backend {
+    let cache = Arc::new(ReplayCache::new(1 << 24));
+    let inner = Arc::new(MemoryStore::new());
+    let store = CachingStore::new(inner, cache, Duration::from_secs(60), LONG);
     Some(Arc::new(store))
 }
 
@@ -88,60 +105,15 @@ macro_rules! store_suite {
 
 store_suite!(memory);
 store_suite!(file);
+store_suite!(sealed);
+store_suite!(cached);
 store_suite!(redis);
 store_suite!(cluster);
 
 const LONG: Duration = Duration::from_secs(30);
 
-fn scoped(route: &str, client: Option<&[u8]>, key: &str) -> ScopedKey {
-    ScopedKey::new(
-        RouteName::new(route).unwrap(),
-        client.map(ClientScope::from_secret),
-        IdempotencyKey::new(key).unwrap(),
-    )
-}
-
 fn key() -> ScopedKey {
-    scoped("payments", None, "order-1")
-}
-
-fn fp(n: u8) -> Fingerprint {
-    Fingerprint::from_bytes([n; 32])
-}
-
-/// A completed record with repeated headers and `body`; `created_at` is whole milliseconds, as
-/// the encoding keeps it.
-fn outcome(token: FencingToken, body: Bytes) -> CompletedRecord {
-    let mut headers = HeaderMap::new();
-    headers.append("content-type", HeaderValue::from_static("application/json"));
-    headers.append("x-multi", HeaderValue::from_static("first"));
-    headers.append("x-multi", HeaderValue::from_static("second"));
-    CompletedRecord {
-        fingerprint: fp(1),
-        token,
-        created_at: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
-        status: StatusCode::CREATED,
-        headers,
-        body: StoredBody::Kept(body),
-    }
-}
-
-fn small_body() -> Bytes {
-    Bytes::from_static(b"{\"id\":\"ch_1\"}")
-}
-
-/// 1 MiB of arbitrary bytes (zeros, invalid UTF-8, CR LF), so any re-encoding or truncation shows.
-fn big_body() -> Bytes {
-    (0..1u32 << 20)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
-        .collect()
-}
-
-async fn acquire(store: &dyn Store, key: &ScopedKey, lease: Duration) -> FencingToken {
-    match store.reserve(key, fp(1), lease).await.unwrap() {
-        Reservation::Acquired(token) => token,
-        other => panic!("expected Acquired, got {other:?}"),
-    }
+    records::key("order-1")
 }
 
 async fn record(store: &dyn Store, key: &ScopedKey) -> Option<Record> {

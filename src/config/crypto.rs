@@ -3,25 +3,15 @@
 //! webhooks). Each names its secret as `env:NAME` or `file:PATH`, never inline, and is checked
 //! at load, so a wrong key length or scheme stops the start rather than the first request.
 
-use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use super::error::ConfigError;
+use super::file::VerifyTable;
 use super::source::Source;
 use super::values::duration;
-use crate::idempotency::verify::{Scheme, Verifier};
+use crate::idempotency::verify::Verifier;
 use crate::secret::Secret;
 use crate::store::{SealingKey, SealingKeys};
-
-/// A route's `verify` table as written.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct VerifyTable {
-    pub scheme: Scheme,
-    pub secret: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tolerance: Option<String>,
-}
 
 /// The sealing keys, if `encryption_key` is set; old keys without a current one are refused.
 pub(super) fn encryption(

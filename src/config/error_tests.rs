@@ -54,6 +54,10 @@ fn bad_units_are_refused() {
     let message = refused_default("ttl = \"5x\"", "ttl");
     assert!(message.contains("invalid duration \"5x\""), "{message}");
     refused_route("lease = \"soon\"", "lease");
+    refused_route(
+        "upstream_idle_timeout = \"1 fortnight\"",
+        "upstream_idle_timeout",
+    );
     refused_default("ttl = 5", "ttl");
     let message = refused_default("max_request_body = \"1 parsec\"", "max_request_body");
     assert!(message.contains("invalid size"), "{message}");
@@ -62,7 +66,14 @@ fn bad_units_are_refused() {
 
 #[test]
 fn zero_durations_are_refused() {
-    for key in ["ttl", "lease", "wait_timeout", "upstream_timeout"] {
+    let keys = [
+        "ttl",
+        "lease",
+        "wait_timeout",
+        "upstream_timeout",
+        "upstream_idle_timeout",
+    ];
+    for key in keys {
         let message = refused_default(&format!("{key} = \"0s\""), key);
         assert!(message.contains("more than zero"), "{message}");
     }

@@ -9,6 +9,7 @@ use toml::Spanned;
 
 use super::settings::LogFormat;
 use crate::idempotency::policy::{AmbiguousPolicy, ConcurrentPolicy, StoreErrorPolicy};
+use crate::idempotency::verify::Scheme;
 use crate::units::ByteSize;
 
 /// The whole file. Every key is optional: a file may set only routes, or only defaults.
@@ -131,6 +132,7 @@ policy_keys! {
     concurrent: ConcurrentPolicy,
     wait_timeout: String,
     upstream_timeout: String,
+    upstream_idle_timeout: String,
     max_request_body: ByteSize,
     max_cached_body: ByteSize,
     release_on: Vec<i64>,
@@ -138,7 +140,7 @@ policy_keys! {
     on_store_error: StoreErrorPolicy,
     replay_exclude_headers: Vec<String>,
     replay_cache_ttl: String,
-    verify: super::crypto::VerifyTable,
+    verify: VerifyTable,
     upstream_ca: String,
     upstream_client_cert: String,
     upstream_client_key: String,
@@ -147,4 +149,14 @@ policy_keys! {
 /// Wraps a value for printing; spans only matter for values read from a file.
 pub(super) fn unspanned<T>(value: T) -> Option<Spanned<T>> {
     Some(Spanned::new(0..0, value))
+}
+
+/// A route's `verify` table as written.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct VerifyTable {
+    pub(super) scheme: Scheme,
+    pub(super) secret: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) tolerance: Option<String>,
 }

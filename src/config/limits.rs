@@ -1,41 +1,12 @@
 //! The top-level limits on what one client may cost: `header_read_timeout`,
 //! `max_header_bytes` and `max_connections`, read into [`Limits`] and printed back.
 
-use std::time::Duration;
-
 use super::error::ConfigError;
 use super::file::{unspanned, RawFile};
+use super::settings::Limits;
 use super::source::Source;
 use super::values;
 use crate::units::ByteSize;
-
-/// What one client may cost the proxy (SPEC section 8, top-level keys).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// A client that has not sent a whole request head by then is disconnected; so is an
-    /// HTTP/2 connection with no request in progress for that long, and an HTTP/2 peer that
-    /// leaves a PING unanswered for that long.
-    pub header_read_timeout: Duration,
-    /// The largest request head (HTTP/1) or header list (HTTP/2); larger gets `431`.
-    pub max_header_bytes: ByteSize,
-    /// Client connections served at once; past it the accept loop waits for one to close.
-    pub max_connections: usize,
-}
-
-impl Limits {
-    /// hyper refuses a read buffer smaller than this.
-    pub const MIN_HEADER_BYTES: ByteSize = ByteSize::kib(8);
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            header_read_timeout: Duration::from_secs(10),
-            max_header_bytes: ByteSize::kib(64),
-            max_connections: 10_000,
-        }
-    }
-}
 
 /// The limits the file sets, the defaults for the others.
 pub(super) fn resolve(src: &Source, raw: &RawFile) -> Result<Limits, ConfigError> {
@@ -85,6 +56,8 @@ pub(super) fn print(limits: &Limits, raw: &mut RawFile) {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::super::{load_str, Overrides, Settings};
     use super::*;
 

@@ -11,6 +11,7 @@
 mod crypto;
 mod error;
 mod file;
+mod given;
 mod limits;
 mod policy;
 mod print;
@@ -30,8 +31,7 @@ mod tls_tests;
 
 pub use crate::tls::{ListenerTls, UpstreamTls};
 pub use error::ConfigError;
-pub use limits::Limits;
-pub use settings::{LogFormat, Overrides, RouteSettings, Settings, DEFAULT_LISTEN};
+pub use settings::{Limits, LogFormat, Overrides, RouteSettings, Settings, DEFAULT_LISTEN};
 
 /// Reads the config file the overrides name (if any) and merges the overrides over it.
 pub fn load(overrides: &Overrides) -> Result<Settings, ConfigError> {

@@ -18,6 +18,7 @@ use crate::tls::UpstreamTls;
 pub(super) struct Inherited {
     pub(super) policy: Policy,
     pub(super) replay_cache_ttl: Duration,
+    pub(super) upstream_idle_timeout: Duration,
     pub(super) upstream_tls: UpstreamTls,
 }
 
@@ -26,6 +27,7 @@ impl Inherited {
         Self {
             policy,
             replay_cache_ttl: RouteSettings::DEFAULT_REPLAY_CACHE_TTL,
+            upstream_idle_timeout: RouteSettings::DEFAULT_UPSTREAM_IDLE_TIMEOUT,
             upstream_tls: UpstreamTls::default(),
         }
     }
@@ -45,6 +47,14 @@ pub(super) fn apply(
         &table.replay_cache_ttl,
         cache,
         |d| crate::units::humane_duration::parse(d),
+    )?;
+    let idle = &mut inherited.upstream_idle_timeout;
+    set(
+        src,
+        "upstream_idle_timeout",
+        &table.upstream_idle_timeout,
+        idle,
+        |d| duration(d),
     )?;
     super::tls::apply(src, &mut inherited.upstream_tls, table)?;
     apply_policy(src, &mut inherited.policy, table)

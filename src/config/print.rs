@@ -10,8 +10,15 @@ use super::settings::{RouteSettings, Settings};
 use crate::idempotency::policy::{KeySource, Policy};
 use toml::Spanned;
 
-/// The settings as a config file that loads to them.
-pub(super) fn to_toml(settings: &Settings) -> String {
+impl Settings {
+    /// The effective configuration in the config file's own vocabulary, every route with every
+    /// policy key spelled out. Loading it back gives the same settings.
+    pub fn to_toml(&self) -> String {
+        to_toml(self)
+    }
+}
+
+fn to_toml(settings: &Settings) -> String {
     let mut raw = RawFile {
         listen: unspanned(settings.listen.to_string()),
         admin_listen: settings.admin_listen.and_then(|a| unspanned(a.to_string())),
@@ -60,6 +67,7 @@ fn route(route: &RouteSettings) -> Spanned<RouteTable> {
     };
     let mut keys = policy(&route.policy);
     keys.replay_cache_ttl = unspanned(humane(route.replay_cache_ttl));
+    keys.upstream_idle_timeout = unspanned(humane(route.upstream_idle_timeout));
     let tls = &route.upstream_tls;
     keys.upstream_ca = tls.ca_reference().and_then(|ca| unspanned(ca.to_owned()));
     if let Some((cert, key)) = tls.identity_references() {
@@ -105,6 +113,8 @@ fn policy(policy: &Policy) -> PolicyTable {
         concurrent: unspanned(policy.concurrent),
         wait_timeout: unspanned(humane(policy.wait_timeout)),
         upstream_timeout: unspanned(humane(policy.upstream_timeout)),
+        // A route key, not a policy one: `route` fills it in.
+        upstream_idle_timeout: None,
         max_request_body: unspanned(policy.max_request_body),
         max_cached_body: unspanned(policy.max_cached_body),
         release_on: unspanned(

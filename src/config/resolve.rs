@@ -14,6 +14,7 @@ use toml::Spanned;
 
 use super::error::ConfigError;
 use super::file::{RawFile, RouteHead, RouteTable};
+use super::given::Given;
 use super::policy::{self, Inherited};
 use super::settings::{Overrides, RouteSettings, Settings, DEFAULT_LISTEN};
 use super::source::Source;
@@ -24,41 +25,6 @@ use crate::model::RouteName;
 use crate::problem::ProblemBase;
 use crate::secret::Secret;
 use crate::store::StoreSpec;
-
-/// A top-level value and where it was given, so an error points at the flag or the line.
-pub(super) enum Given<'a> {
-    Flag(&'static str, &'a str),
-    File(&'static str, &'a Spanned<String>),
-}
-
-impl<'a> Given<'a> {
-    /// The flag's value if it was passed, else the file's.
-    pub(super) fn pick(
-        flag: (&'static str, Option<&'a String>),
-        file: (&'static str, Option<&'a Spanned<String>>),
-    ) -> Option<Self> {
-        match (flag, file) {
-            ((name, Some(value)), _) => Some(Given::Flag(name, value)),
-            (_, (key, Some(value))) => Some(Given::File(key, value)),
-            _ => None,
-        }
-    }
-
-    pub(super) fn parse<T>(
-        &self,
-        src: &Source,
-        parse: impl FnOnce(&str) -> Result<T, String>,
-    ) -> Result<T, ConfigError> {
-        match self {
-            Given::Flag(flag, value) => {
-                parse(value).map_err(|reason| ConfigError::Flag { flag, reason })
-            }
-            Given::File(key, value) => {
-                parse(value.get_ref()).map_err(|reason| src.bad(value, key, reason))
-            }
-        }
-    }
-}
 
 /// Where the route named `default` was declared, for the duplicate-name message.
 fn origin(src: &Source, given: &Given) -> String {
@@ -205,6 +171,7 @@ fn default_route(
         upstream: uri,
         policy: defaults.policy.clone(),
         replay_cache_ttl: defaults.replay_cache_ttl,
+        upstream_idle_timeout: defaults.upstream_idle_timeout,
     })
 }
 
@@ -243,6 +210,7 @@ fn route(
     let Inherited {
         policy,
         replay_cache_ttl,
+        upstream_idle_timeout,
         upstream_tls,
     } = inherited;
     let missing = |key: &str| {
@@ -268,6 +236,7 @@ fn route(
         upstream: uri,
         policy,
         replay_cache_ttl,
+        upstream_idle_timeout,
         upstream_tls,
     })
 }

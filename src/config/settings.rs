@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::limits::Limits;
 use crate::idempotency::Policy;
 use crate::problem::ProblemBase;
 use crate::secret::Secret;
 use crate::store::{SealingKeys, StoreSpec};
 use crate::tls::{ListenerTls, UpstreamTls};
+use crate::units::ByteSize;
 
 /// The listen address when neither the file nor `--listen` names one.
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080);
@@ -87,6 +87,8 @@ pub struct RouteSettings {
     pub host: Option<String>,
     /// `http://HOST:PORT[/path]` or `https://HOST[:PORT][/path]`.
     pub upstream: http::Uri,
+    /// How long an idle connection to the upstream is kept (`upstream_idle_timeout`).
+    pub upstream_idle_timeout: Duration,
     /// `policy.route` is the route's name.
     pub policy: Policy,
     /// What connections to an `https://` upstream trust and present.
@@ -99,12 +101,34 @@ pub struct RouteSettings {
 impl RouteSettings {
     /// The `replay_cache_ttl` when no table sets one.
     pub const DEFAULT_REPLAY_CACHE_TTL: Duration = Duration::from_secs(1);
+    /// The `upstream_idle_timeout` when no table sets one (SPEC section 14).
+    pub const DEFAULT_UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
 }
 
-impl Settings {
-    /// The effective configuration in the config file's own vocabulary, every route with every
-    /// policy key spelled out. Loading it back gives the same settings.
-    pub fn to_toml(&self) -> String {
-        super::print::to_toml(self)
+/// What one client may cost the proxy (SPEC section 8, top-level keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// A client that has not sent a whole request head by then is disconnected; so is an
+    /// HTTP/2 connection with no request in progress for that long, and an HTTP/2 peer that
+    /// leaves a PING unanswered for that long.
+    pub header_read_timeout: Duration,
+    /// The largest request head (HTTP/1) or header list (HTTP/2); larger gets `431`.
+    pub max_header_bytes: ByteSize,
+    /// Client connections served at once; past it the accept loop waits for one to close.
+    pub max_connections: usize,
+}
+
+impl Limits {
+    /// hyper refuses a read buffer smaller than this.
+    pub const MIN_HEADER_BYTES: ByteSize = ByteSize::kib(8);
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            max_header_bytes: ByteSize::kib(64),
+            max_connections: 10_000,
+        }
     }
 }

@@ -48,6 +48,7 @@ fn an_upstream_alone_gives_the_spec_defaults() {
     assert_eq!(default.path_prefix, "/");
     assert_eq!(default.host, None);
     assert_eq!(default.upstream, "http://127.0.0.1:9000/");
+    assert_eq!(default.upstream_idle_timeout, Duration::from_secs(1));
     let want = Policy::new(RouteName::new("default").unwrap());
     assert_eq!(format!("{:?}", default.policy), format!("{want:?}"));
 }
@@ -135,6 +136,28 @@ fn routes_start_from_the_defaults_and_override_them() {
         default.policy.scope_header,
         Some(HeaderName::from_static("authorization"))
     );
+}
+
+#[test]
+fn upstream_idle_timeout_is_inherited_overridden_and_printed() {
+    let text = "upstream = \"http://127.0.0.1:9000\"\n\
+        [defaults]\nupstream_idle_timeout = \"2s\"\n\
+        [[routes]]\nname = \"quick\"\npath_prefix = \"/q\"\nupstream = \"http://127.0.0.1:9001\"\n\
+        upstream_idle_timeout = \"300ms\"\n\
+        [[routes]]\nname = \"plain\"\npath_prefix = \"/p\"\nupstream = \"http://127.0.0.1:9001\"\n";
+    let first = settings(text);
+    let idle = |s: &Settings, name| route(s, name).upstream_idle_timeout;
+    assert_eq!(idle(&first, "quick"), Duration::from_millis(300));
+    assert_eq!(idle(&first, "plain"), Duration::from_secs(2));
+    assert_eq!(idle(&first, "default"), Duration::from_secs(2));
+    let printed = first.to_toml();
+    assert!(
+        printed.contains("upstream_idle_timeout = \"300ms\""),
+        "{printed}"
+    );
+    let second = settings(&printed);
+    assert_eq!(idle(&second, "quick"), Duration::from_millis(300));
+    assert_eq!(idle(&second, "plain"), Duration::from_secs(2));
 }
 
 #[test]

@@ -9,7 +9,7 @@ use toml::Spanned;
 
 use super::error::ConfigError;
 use super::file::PolicyTable;
-use super::resolve::Given;
+use super::given::Given;
 use super::settings::Overrides;
 use super::source::Source;
 use crate::tls::{self, ListenerTls, UpstreamTls};

@@ -119,3 +119,72 @@ fn keyed(policy: &Policy, parts: Parts, body: Bytes, key: IdempotencyKey) -> Key
         fingerprint,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use http::Method;
+    use http_body_util::BodyExt;
+
+    use super::*;
+    use crate::model::RouteName;
+
+    fn policy() -> Policy {
+        Policy::new(RouteName::new("r").unwrap())
+    }
+
+    fn request(method: Method, key: Option<&str>, body: &'static str) -> Request<Body> {
+        let builder = Request::builder().method(method).uri("/v1/x?a=1");
+        let builder = match key {
+            Some(key) => builder.header("idempotency-key", key),
+            None => builder,
+        };
+        builder.body(Body::from(body)).unwrap()
+    }
+
+    async fn keyed(policy: &Policy, request: Request<Body>) -> KeyedRequest {
+        match admit(policy, request).await {
+            Admission::Keyed(keyed) => keyed,
+            _ => panic!("expected a keyed request"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_keyless_request_passes_with_its_body_whole() {
+        let Admission::PassThrough(passed) =
+            admit(&policy(), request(Method::POST, None, "{}")).await
+        else {
+            panic!("expected a pass-through");
+        };
+        assert_eq!(passed.into_body().collect().await.unwrap().to_bytes(), "{}");
+    }
+
+    #[tokio::test]
+    async fn a_key_in_the_body_is_found_and_its_body_kept() {
+        let mut by_pointer = policy();
+        by_pointer.key_source = KeySource::BodyPointer("/id".into());
+        let body = r#"{"id":"evt_1"}"#;
+        let admitted = keyed(&by_pointer, request(Method::POST, None, body)).await;
+        assert_eq!(admitted.key.key().as_str(), "evt_1");
+        assert_eq!(admitted.body, body);
+    }
+
+    #[tokio::test]
+    async fn the_fingerprint_is_the_requests_and_the_scope_the_clients() {
+        let mut scoped = policy();
+        scoped.scope_header = Some(http::HeaderName::from_static("authorization"));
+        let with_client = |client: &'static str, body: &'static str| {
+            let mut request = request(Method::POST, Some("k"), body);
+            let value = http::HeaderValue::from_static(client);
+            request.headers_mut().insert("authorization", value);
+            request
+        };
+        let a = keyed(&scoped, with_client("Bearer a", "{}")).await;
+        let again = keyed(&scoped, with_client("Bearer a", "{}")).await;
+        let other_body = keyed(&scoped, with_client("Bearer a", "{ }")).await;
+        let other_client = keyed(&scoped, with_client("Bearer b", "{}")).await;
+        assert_eq!((a.fingerprint, &a.key), (again.fingerprint, &again.key));
+        assert_ne!(a.fingerprint, other_body.fingerprint);
+        assert_ne!(a.key, other_client.key);
+        assert_eq!(a.fingerprint, other_client.fingerprint);
+    }
+}

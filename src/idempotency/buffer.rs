@@ -13,8 +13,8 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
 
+use crate::error::BoxError;
 use crate::model::StoredBody;
-use crate::BoxError;
 
 /// An upstream body, read whole or found too large to keep.
 pub(super) enum BufferedBody {

@@ -11,9 +11,9 @@ use tower::Service;
 
 use super::policy::Policy;
 use super::waiters::Waiters;
+use crate::error::BoxError;
 use crate::store::Store;
 use crate::telemetry::RouteMetrics;
-use crate::BoxError;
 
 /// The route's store, policy and runtime state, shared by its requests through one `Arc`.
 #[derive(Debug)]

@@ -20,8 +20,8 @@ use super::policy::{AmbiguousPolicy, ConcurrentPolicy, Outcome};
 use crate::error::{Cause, ProxyError, UpstreamFailure};
 use crate::headers::storable_response_headers;
 use crate::model::{CompletedRecord, FencingToken, Fingerprint, Record, ScopedKey, StoredBody};
+use crate::outcome::RequestOutcome;
 use crate::store::Fenced;
-use crate::telemetry::RequestOutcome;
 
 /// How many times storing an outcome is tried before the key is left to its lease.
 const COMPLETE_ATTEMPTS: u32 = 3;

@@ -17,8 +17,8 @@ use super::execute::Execution;
 use super::policy::{ConcurrentPolicy, StoreErrorPolicy};
 use super::replay::replay;
 use crate::error::{rescue, ProxyError};
+use crate::outcome::RequestOutcome;
 use crate::store::{Reservation, StoreError};
-use crate::telemetry::RequestOutcome;
 
 /// How long a duplicate waits before asking the store again (`concurrent = "wait"`), doubling
 /// up to the maximum: short enough to replay promptly, long enough not to hammer the store.

@@ -15,7 +15,7 @@ use tower::Service;
 
 use super::context::Context;
 use super::flow;
-use crate::BoxError;
+use crate::error::BoxError;
 
 /// The service [`IdempotencyLayer`](super::IdempotencyLayer) wraps around an inner service.
 ///

@@ -12,9 +12,12 @@
 //! replay costs no round trip and no decryption) and by the sealing decorator when records are
 //! encrypted at rest.
 //!
-//! What must outlive a generation is [`Kept`]: the store itself, the replay cache, the tracker
-//! of first requests still running upstream (a drain waits for those of every generation), and
-//! the client of plain upstreams with its pool. Metrics are process-wide already.
+//! What must outlive a generation is [`Kept`]: the store itself, the replay cache, and the
+//! tracker of first requests still running upstream (a drain waits for those of every
+//! generation). Metrics and the status page's counts are process-wide already. Each route's
+//! upstream connection pool belongs to its generation: a reload may change the route's
+//! upstream, its idle time-out or its certificates, and the old pool's idle connections close
+//! once the last request of the old generation is done with them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,7 +33,7 @@ use crate::problem::ProblemLayer;
 use crate::router::{Route, Router};
 use crate::server::App;
 use crate::store::{CachingStore, ReplayCache, SealedStore, Store};
-use crate::upstream::{self, Upstream, UpstreamClient};
+use crate::upstream::{PoolSettings, Upstream};
 
 /// The bytes of completed records a proxy keeps in memory for replays.
 const REPLAY_CACHE_BUDGET: usize = 8 * 1024 * 1024;
@@ -41,8 +44,6 @@ pub(super) struct Kept {
     store: Arc<dyn Store>,
     cache: Arc<ReplayCache>,
     pub(super) executions: TaskTracker,
-    /// The client of every `http://` upstream; each `https://` route has its own.
-    plain: UpstreamClient,
 }
 
 impl Kept {
@@ -51,7 +52,6 @@ impl Kept {
             store,
             cache: Arc::new(ReplayCache::new(REPLAY_CACHE_BUDGET)),
             executions: TaskTracker::new(),
-            plain: upstream::client(None),
         }
     }
 }
@@ -75,14 +75,15 @@ pub(super) fn build(settings: &Settings, kept: &Kept) -> Generation {
             route.policy.clone(),
             kept.executions.clone(),
         );
-        let client = match route.upstream_tls.client_config_for_https() {
-            Some(tls) => upstream::client(Some(tls.clone())),
-            None => kept.plain.clone(),
+        let pool = PoolSettings {
+            idle_timeout: route.upstream_idle_timeout,
+            ..PoolSettings::default()
         };
+        let tls = route.upstream_tls.client_config_for_https().cloned();
         Route {
             path_prefix: route.path_prefix.clone(),
             host: route.host.clone(),
-            service: layer.layer(Upstream::new(client, route.upstream.clone())),
+            service: layer.layer(Upstream::new(route.upstream.clone(), pool, tls)),
         }
     });
     let app = App {

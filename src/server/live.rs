@@ -13,7 +13,17 @@ use arc_swap::{ArcSwap, Guard};
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
-use super::App;
+use crate::config::Limits;
+use crate::problem::ProblemLayer;
+use crate::router::Router;
+
+/// What the server serves: the routes, how problems are rendered, what a client may cost.
+#[derive(Debug, Clone)]
+pub(crate) struct App {
+    pub(crate) router: Router,
+    pub(crate) problems: ProblemLayer,
+    pub(crate) limits: Limits,
+}
 
 /// The app in force, and a signal to whoever waits for it to change.
 #[derive(Debug)]

@@ -12,7 +12,7 @@
 //! so a replay from memory costs no decryption either.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
@@ -27,7 +27,8 @@ pub struct CachingStore<S: ?Sized = dyn Store> {
     cache: Arc<ReplayCache>,
     /// How long a copy is served after it was stored; zero turns the cache off.
     fresh_for: Duration,
-    /// How long the records behind these keys live: a copy never outlives its record.
+    /// How long the records behind these keys live (the route's `ttl`), for copies of records
+    /// read back from the store: a copy never outlives its record.
     record_ttl: Duration,
 }
 
@@ -48,11 +49,12 @@ impl<S: Store + ?Sized> CachingStore<S> {
         }
     }
 
-    fn remember(&self, key: &ScopedKey, record: &CompletedRecord) {
+    /// Copies `record`, which has `left` to live in the store behind.
+    fn remember(&self, key: &ScopedKey, record: &CompletedRecord, left: Duration) {
         if !self.fresh_for.is_zero() {
-            let (fresh_for, record_ttl) = (self.fresh_for, self.record_ttl);
+            let fresh_for = self.fresh_for;
             self.cache
-                .insert(key.storage_key(), record, fresh_for, record_ttl);
+                .insert(key.storage_key(), record, fresh_for, left);
         }
     }
 
@@ -77,7 +79,11 @@ impl<S: Store + ?Sized> Store for CachingStore<S> {
         }
         let reservation = self.inner.reserve(key, fingerprint, lease).await?;
         if let Reservation::Completed(record) = &reservation {
-            self.remember(key, record);
+            let expires = record.created_at + self.record_ttl;
+            let left = expires
+                .duration_since(SystemTime::now())
+                .unwrap_or_default();
+            self.remember(key, record, left);
         }
         Ok(reservation)
     }
@@ -99,7 +105,7 @@ impl<S: Store + ?Sized> Store for CachingStore<S> {
     ) -> Result<Fenced, StoreError> {
         let fenced = self.inner.complete(key, record, ttl).await?;
         if fenced == Fenced::Applied {
-            self.remember(key, record);
+            self.remember(key, record, ttl);
         }
         Ok(fenced)
     }
@@ -125,8 +131,6 @@ impl<S: Store + ?Sized> Store for CachingStore<S> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::SystemTime;
-
     use bytes::Bytes;
     use http::{HeaderMap, StatusCode};
 

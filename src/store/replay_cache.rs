@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -69,18 +69,16 @@ impl ReplayCache {
         }
     }
 
-    /// Keeps `record` for `ttl` at most, and never past `record_ttl` after its creation.
+    /// Keeps `record` for `ttl` at most, and never past `record_left`, the time its record has
+    /// left in the store.
     pub fn insert(
         &self,
         key: String,
         record: &CompletedRecord,
         ttl: Duration,
-        record_ttl: Duration,
+        record_left: Duration,
     ) {
-        let left = (record.created_at + record_ttl)
-            .duration_since(SystemTime::now())
-            .unwrap_or_default();
-        let ttl = ttl.min(left);
+        let ttl = ttl.min(record_left);
         let bytes = size(record);
         if ttl.is_zero() || bytes > MAX_ENTRY_BYTES.min(self.budget) {
             return;
@@ -135,6 +133,8 @@ impl Entries {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::SystemTime;
+
     use crate::model::{FencingToken, Fingerprint, StoredBody};
     use bytes::Bytes;
     use http::{HeaderMap, StatusCode};
@@ -161,12 +161,22 @@ mod tests {
         assert!(cache.get("k").is_none());
     }
 
-    #[test]
-    fn never_past_the_records_own_expiry() {
+    #[tokio::test(start_paused = true)]
+    async fn never_past_the_records_own_expiry() {
         let cache = ReplayCache::new(1 << 20);
-        let mut old = record(10);
-        old.created_at = SystemTime::now() - DAY;
-        cache.insert("k".into(), &old, Duration::from_secs(1), DAY);
+        cache.insert(
+            "k".into(),
+            &record(10),
+            Duration::from_secs(60),
+            Duration::ZERO,
+        );
+        assert!(
+            cache.get("k").is_none(),
+            "a record with no time left is not kept"
+        );
+        let left = Duration::from_millis(300);
+        cache.insert("k".into(), &record(10), Duration::from_secs(60), left);
+        tokio::time::advance(Duration::from_millis(301)).await;
         assert!(cache.get("k").is_none());
     }
 

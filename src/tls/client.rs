@@ -18,8 +18,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
+use super::crypto::provider;
 use super::files::{self, shown};
-use super::provider;
 use super::server::certified_key;
 
 /// How long a handshake with an upstream may take; past it the request is given up as never
@@ -133,6 +133,16 @@ impl fmt::Debug for UpstreamTls {
             .field("https", &self.config.is_some())
             .finish()
     }
+}
+
+/// The client config of an `https://` upstream that configures nothing: the platform's roots,
+/// no client certificate.
+pub(crate) fn platform_client_config() -> Arc<ClientConfig> {
+    static CONFIG: OnceLock<Arc<ClientConfig>> = OnceLock::new();
+    let config = || UpstreamTls::default().client_config().map(Arc::new);
+    CONFIG
+        .get_or_init(|| config().expect("only a client certificate can be refused"))
+        .clone()
 }
 
 /// The platform's trusted roots, read once. A platform with none (a container image without

@@ -6,8 +6,7 @@
 //! - [`UpstreamTls`] is what a route's upstream connections trust (the platform's roots plus
 //!   `upstream_ca`) and present (`upstream_client_cert` and `upstream_client_key`), built into a
 //!   `rustls::ClientConfig` when the route's upstream is `https://`; [`connect`] runs the
-//!   client handshake over an open TCP stream, and [`HttpsConnector`] plugs that into the
-//!   forwarding client.
+//!   client handshake over an open TCP stream, which the upstream connection pool calls.
 //!
 //! rustls with the `ring` provider, never OpenSSL: ring builds from the crate alone with a C
 //! compiler (aws-lc-rs needs CMake and takes several times as long to build), and for what a
@@ -16,25 +15,12 @@
 //! is built, so no process-wide default has to be installed.
 
 mod client;
-mod connector;
+mod crypto;
 mod files;
 mod server;
 
-use std::sync::{Arc, OnceLock};
-
-use rustls::crypto::CryptoProvider;
-
 pub use client::UpstreamTls;
-pub(crate) use client::{connect, refused_handshake};
-pub(crate) use connector::HttpsConnector;
+pub(crate) use client::{connect, platform_client_config, refused_handshake};
 pub(crate) use files::{certificates, private_key};
 pub use server::ListenerTls;
 pub(crate) use server::TlsListener;
-
-/// The one crypto provider every TLS config of the proxy is built with.
-fn provider() -> Arc<CryptoProvider> {
-    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
-    PROVIDER
-        .get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
-        .clone()
-}

@@ -17,8 +17,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
+use super::crypto::provider;
 use super::files::shown;
-use super::provider;
 
 /// The listener's certificate chain and key (`tls_cert`, `tls_key`), read and checked.
 #[derive(Clone)]

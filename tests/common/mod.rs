@@ -4,8 +4,10 @@
 pub mod binary;
 pub mod client;
 pub mod proxy;
+pub mod records;
 pub mod redis;
 pub mod redis_cluster;
 pub mod redis_server;
+pub mod temp;
 pub mod tls;
 pub mod upstream;

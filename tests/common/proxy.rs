@@ -15,6 +15,7 @@ pub struct TestProxy {
     pub addr: SocketAddr,
     /// The admin listener, served like `--admin-listen` would.
     pub admin: TestClient,
+    pub admin_addr: SocketAddr,
     pub client: TestClient,
     pub store: Arc<dyn Store>,
     pub settings: Settings,
@@ -61,13 +62,15 @@ impl TestProxy {
             let _ = stopped.await;
         };
         let admin_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let admin = TestClient::new(admin_listener.local_addr().unwrap());
+        let admin_addr = admin_listener.local_addr().unwrap();
+        let admin = TestClient::new(admin_addr);
         let admin_router = proxy.admin();
         tokio::spawn(async move { axum::serve(admin_listener, admin_router).await });
         let stopped = tokio::spawn(async move { proxy.serve(listener, shutdown).await });
         Self {
             addr,
             admin,
+            admin_addr,
             client: TestClient::new(addr),
             store,
             settings,

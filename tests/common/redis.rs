@@ -41,19 +41,22 @@ pub async fn connection() -> Option<MultiplexedConnection> {
     let url = url();
     match try_connect(&url).await {
         Ok(conn) => Some(conn),
-        Err(why) if std::env::var("REQUIRE_REDIS").as_deref() == Ok("1") => {
-            panic!("REQUIRE_REDIS=1 but there is no Redis at {url}: {why}")
-        }
-        Err(why) => {
-            // Straight to the process's stderr: the test harness captures `eprintln!` of
-            // passing tests, and a skip must not pass unnoticed.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: no Redis at {url} ({why}); set REDIS_URL, or REQUIRE_REDIS=1 to fail"
-            );
-            None
-        }
+        Err(why) => skip(&format!("no Redis at {url} ({why})")),
     }
+}
+
+/// A test that cannot run here: a failure under `REQUIRE_REDIS=1`, else a loud `SKIPPED`.
+pub fn skip<T>(why: &str) -> Option<T> {
+    if std::env::var("REQUIRE_REDIS").as_deref() == Ok("1") {
+        panic!("REQUIRE_REDIS=1 but {why}");
+    }
+    // Straight to the process's stderr: the test harness captures `eprintln!` of passing
+    // tests, and a skip must not pass unnoticed.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: {why}; set REDIS_URL, or REQUIRE_REDIS=1 to fail"
+    );
+    None
 }
 
 async fn try_connect(url: &str) -> Result<MultiplexedConnection, String> {
@@ -92,17 +95,21 @@ pub struct Relay {
 }
 
 impl Relay {
-    /// Starts a relay, or `None` when there is no Redis (or its URL is not plain `host:port`).
+    /// Starts a relay, or `None` (after saying so, or failing under `REQUIRE_REDIS=1`) when
+    /// there is no Redis, or its URL is not a plain `host:port` a relay can stand in for.
     pub async fn start() -> Option<Relay> {
         connection().await?;
         let url = url();
         let client = redis::Client::open(url.as_str()).ok()?;
-        let ConnectionAddr::Tcp(host, port) = client.get_connection_info().addr().clone() else {
-            return None;
+        let addr = client.get_connection_info().addr().clone();
+        let ConnectionAddr::Tcp(host, port) = addr else {
+            return skip(&format!("a relay needs a TCP Redis URL, not {addr:?}"));
         };
         let target = format!("{host}:{port}");
         if !url.contains(&target) {
-            return None;
+            return skip(&format!(
+                "a relay needs REDIS_URL to name {target} as written"
+            ));
         }
         Some(Relay::in_front_of(&url, &target).await)
     }

@@ -91,9 +91,15 @@ impl RedisCluster {
     /// Starts a killed node again on its port with its `nodes.conf`, so it rejoins with its
     /// slots, and waits until the whole cluster is `ok` again.
     pub fn restart(&mut self, node: usize) {
+        self.revive(node);
+        self.wait_until_ok(Duration::from_secs(20));
+    }
+
+    /// Starts a killed node again on its port with its `nodes.conf` and returns as soon as it
+    /// answers PING, before the cluster may be whole again.
+    pub fn revive(&mut self, node: usize) {
         assert!(self.nodes[node].is_none(), "node {node} is still running");
         self.spawn(node);
-        self.wait_until_ok(Duration::from_secs(20));
     }
 
     /// Runs `redis-cli` against one node and returns what it printed.

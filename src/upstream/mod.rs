@@ -1,37 +1,43 @@
-//! Forwarding to upstream services over pooled HTTP/1.1 clients: one shared by the plain
-//! `http://` upstreams, one per `https://` route (its pool holds connections made with that
-//! route's trust and client certificate, which no other route may borrow).
+//! Forwarding to upstream services over HTTP/1.1 connections the request's own task drives.
 //!
 //! The forwarding service is deliberately plain (rewrite the target, drop hop-by-hop headers,
 //! add `X-Forwarded-*`): everything about idempotency sits in the layer in front of it. It
 //! reports "the request never left" as [`RequestNotSent`], the one error after which a retry
 //! is safe, so the layer can free the key.
+//!
+//! Each route's [`Upstream`] keeps its own [`pool`] of idle connections. A request takes one
+//! (or opens one), and its task polls that connection while it waits for the answer
+//! ([`exchange`]) and while the answer's body is read ([`UpstreamBody`]); when the body ends the
+//! connection goes back to the pool. No task runs per connection. For an `https://` upstream a
+//! connection is TCP then the route's TLS handshake ([`transport`]), so a pool never holds a
+//! connection made with another route's trust or client certificate.
+
+mod body;
+mod exchange;
+mod pool;
+mod transport;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use axum::body::Body;
 use http::header::{HeaderName, HeaderValue, HOST};
 use http::uri::{PathAndQuery, Scheme, Uri};
 use http::{Request, Response, Version};
-use hyper::body::Incoming;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use rustls::ClientConfig;
 use tower::Service;
 
+pub(crate) use body::UpstreamBody;
+pub(crate) use pool::PoolSettings;
+
+use crate::error::BoxError;
 use crate::error::RequestNotSent;
 use crate::headers::strip_hop_by_hop;
-use crate::tls::{self, HttpsConnector};
-use crate::BoxError;
-
-/// A pooled client, for plain upstreams or for one `https://` route.
-pub(crate) type UpstreamClient = Client<HttpsConnector, Body>;
+use pool::Pool;
+use transport::Address;
 
 /// The address of the client that sent a request, put on it by the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,51 +51,56 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
-/// A client with keep-alive pooling; connect failures surface fast so they can be retried.
-/// `tls` is the client config of an `https://` route; without one the client speaks plain HTTP.
-pub(crate) fn client(tls: Option<Arc<ClientConfig>>) -> UpstreamClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(Duration::from_secs(5)));
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(1024)
-        .build(HttpsConnector::new(connector, tls))
-}
-
-/// Forwards every request to one upstream base URL.
+/// Forwards every request to one upstream base URL. Clones share the connection pool.
 #[derive(Debug, Clone)]
 pub(crate) struct Upstream {
-    client: UpstreamClient,
+    target: Arc<Target>,
+    pool: Arc<Pool>,
+}
+
+#[derive(Debug)]
+struct Target {
     base: Uri,
+    /// `None` if the base URL names no host: every request then fails unsent.
+    address: Option<Address>,
 }
 
 impl Upstream {
-    /// `base` is `http://HOST:PORT` with an optional path that is put before every request path.
-    pub(crate) fn new(client: UpstreamClient, base: Uri) -> Self {
-        Self { client, base }
+    /// `base` is `http://HOST:PORT` or `https://HOST[:PORT]`, with an optional path that is put
+    /// before every request path; `tls` is the route's client config, for `https://`.
+    pub(crate) fn new(base: Uri, pool: PoolSettings, tls: Option<Arc<ClientConfig>>) -> Self {
+        let address = Address::from_uri(&base, tls);
+        Self {
+            target: Arc::new(Target { base, address }),
+            pool: Pool::new(pool),
+        }
     }
 
+    /// The request target on the upstream, in origin form (`/path?query`), under the base path.
     fn target(&self, uri: &Uri) -> Result<Uri, http::Error> {
-        let prefix = self.base.path().trim_end_matches('/');
-        let path = uri.path_and_query().map_or("/", PathAndQuery::as_str);
-        let mut parts = self.base.clone().into_parts();
-        parts.path_and_query = Some(format!("{prefix}{path}").parse()?);
-        Ok(Uri::from_parts(parts)?)
+        let prefix = self.target.base.path().trim_end_matches('/');
+        match uri.path_and_query() {
+            Some(path) if prefix.is_empty() => Ok(Uri::from(path.clone())),
+            path => {
+                let path = path.map_or("/", PathAndQuery::as_str);
+                Ok(Uri::try_from(format!("{prefix}{path}"))?)
+            }
+        }
     }
 
     fn prepare(&self, request: &mut Request<Body>) -> Result<(), http::Error> {
         // HTTP/2 clients name the host in the URI; the upstream speaks HTTP/1.1 and needs `Host`.
         if !request.headers().contains_key(HOST) {
-            if let Some(host) = request
+            let authority = request
                 .uri()
                 .authority()
-                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-            {
+                .or(self.target.base.authority())
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
+            if let Some(host) = authority {
                 request.headers_mut().insert(HOST, host);
             }
         }
-        if self.base.scheme() == Some(&Scheme::HTTPS) {
+        if self.target.base.scheme() == Some(&Scheme::HTTPS) {
             self.name_the_upstream(request);
         }
         *request.uri_mut() = self.target(request.uri())?;
@@ -107,6 +118,7 @@ impl Upstream {
     /// `X-Forwarded-Host`, unless an earlier proxy put one there.
     fn name_the_upstream(&self, request: &mut Request<Body>) {
         let Some(upstream) = self
+            .target
             .base
             .authority()
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
@@ -141,9 +153,9 @@ fn add_forwarded_headers(request: &mut Request<Body>) {
 }
 
 impl Service<Request<Body>> for Upstream {
-    type Response = Response<Incoming>;
+    type Response = Response<UpstreamBody>;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Incoming>, BoxError>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
@@ -153,19 +165,16 @@ impl Service<Request<Body>> for Upstream {
         if let Err(e) = self.prepare(&mut request) {
             return Box::pin(async move { Err(Box::new(RequestNotSent(e.into())) as BoxError) });
         }
-        let sent = self.client.request(request);
+        let (target, pool) = (self.target.clone(), self.pool.clone());
         Box::pin(async move {
-            match sent.await {
-                Ok(mut response) => {
-                    strip_hop_by_hop(response.headers_mut());
-                    Ok(response)
-                }
-                // A connect error includes a failed TLS handshake: nothing was written yet.
-                Err(e) if e.is_connect() || tls::refused_handshake(&e) => {
-                    Err(Box::new(RequestNotSent(e.into())) as BoxError)
-                }
-                Err(e) => Err(e.into()),
-            }
+            let Some(address) = &target.address else {
+                return Err(
+                    Box::new(RequestNotSent("the upstream URL names no host".into())) as BoxError,
+                );
+            };
+            let mut response = exchange::send(&pool, address, request).await?;
+            strip_hop_by_hop(response.headers_mut());
+            Ok(response)
         })
     }
 }
@@ -177,20 +186,42 @@ mod tests {
     #[test]
     fn target_keeps_path_and_query_under_the_base_path() {
         let upstream = Upstream::new(
-            client_for_tests(),
             "http://10.0.0.1:9000/api/".parse().unwrap(),
+            PoolSettings::default(),
+            None,
         );
         let target = upstream
             .target(&"/v1/charges?x=1".parse().unwrap())
             .unwrap();
-        assert_eq!(target, "http://10.0.0.1:9000/api/v1/charges?x=1");
-        let plain = Upstream::new(client_for_tests(), "http://h:1".parse().unwrap());
+        assert_eq!(target, "/api/v1/charges?x=1");
+        let plain = Upstream::new("http://h:1".parse().unwrap(), PoolSettings::default(), None);
         assert_eq!(
             plain
                 .target(&"http://proxy:8080/a?b".parse().unwrap())
                 .unwrap(),
-            "http://h:1/a?b"
+            "/a?b"
         );
+        assert_eq!(plain.target(&"*".parse().unwrap()).unwrap(), "*");
+    }
+
+    #[test]
+    fn host_comes_from_the_client_uri_then_the_upstream() {
+        let upstream = Upstream::new(
+            "http://10.0.0.1:9000".parse().unwrap(),
+            PoolSettings::default(),
+            None,
+        );
+        let mut http2 = Request::new(Body::empty());
+        *http2.uri_mut() = "https://api.example.com/pay".parse().unwrap();
+        *http2.version_mut() = Version::HTTP_2;
+        upstream.prepare(&mut http2).unwrap();
+        assert_eq!(http2.headers()[HOST], "api.example.com");
+        assert_eq!(http2.version(), Version::HTTP_11);
+        assert_eq!(http2.uri(), "/pay");
+        let mut http10 = Request::new(Body::empty());
+        *http10.uri_mut() = "/pay".parse().unwrap();
+        upstream.prepare(&mut http10).unwrap();
+        assert_eq!(http10.headers()[HOST], "10.0.0.1:9000");
     }
 
     #[test]
@@ -219,7 +250,7 @@ mod tests {
     #[test]
     fn an_https_upstream_gets_its_own_name_as_host() {
         let base = "https://api.example.com/v1".parse().unwrap();
-        let upstream = Upstream::new(client_for_tests(), base);
+        let upstream = Upstream::new(base, PoolSettings::default(), None);
         let mut request = Request::new(Body::empty());
         *request.uri_mut() = "/charges".parse().unwrap();
         request
@@ -228,8 +259,9 @@ mod tests {
         upstream.prepare(&mut request).unwrap();
         assert_eq!(request.headers()[HOST], "api.example.com");
         assert_eq!(request.headers()["x-forwarded-host"], "proxy.internal:8443");
-        assert_eq!(request.uri(), "https://api.example.com/v1/charges");
-        let plain = Upstream::new(client_for_tests(), "http://10.0.0.1:9000".parse().unwrap());
+        assert_eq!(request.uri(), "/v1/charges");
+        let base = "http://10.0.0.1:9000".parse().unwrap();
+        let plain = Upstream::new(base, PoolSettings::default(), None);
         let mut request = Request::new(Body::empty());
         request
             .headers_mut()
@@ -237,9 +269,5 @@ mod tests {
         plain.prepare(&mut request).unwrap();
         assert_eq!(request.headers()[HOST], "proxy.internal");
         assert!(request.headers().get("x-forwarded-host").is_none());
-    }
-
-    fn client_for_tests() -> UpstreamClient {
-        client(None)
     }
 }

@@ -1,0 +1,154 @@
+//! The status report as a whole: what it shows of the config, reloads, inboxes and the store.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::{InboxQueues, InboxStats, Status};
+use crate::config::{load_str, Overrides, Settings};
+use crate::model::RouteName;
+use crate::outcome::RequestOutcome;
+use crate::store::{MemoryStore, StoreError};
+
+fn settings(toml: &str) -> Settings {
+    load_str("status.toml", toml, &Overrides::default()).unwrap()
+}
+
+const TWO_ROUTES: &str = r#"
+store = "redis://:hunter2@127.0.0.1:6379/0"
+[[routes]]
+name = "status-payments"
+path_prefix = "/v1/"
+upstream = "http://127.0.0.1:9000"
+[[routes]]
+name = "status-hooks"
+path_prefix = "/hooks/"
+upstream = "http://127.0.0.1:9001"
+"#;
+
+async fn report_json(status: &Status) -> serde_json::Value {
+    let report = status.report(&MemoryStore::new()).await;
+    serde_json::to_value(report).unwrap()
+}
+
+#[tokio::test]
+async fn names_the_store_by_kind_only() {
+    let json = report_json(&Status::new(&settings(TWO_ROUTES))).await;
+    assert_eq!(json["store"]["kind"], "redis");
+    assert_eq!(json["store"]["health"], "ok");
+    let text = json.to_string();
+    assert!(
+        !text.contains("hunter2") && !text.contains("6379"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn shows_the_running_digest_and_the_last_reload() {
+    let first = settings(TWO_ROUTES);
+    let status = Status::new(&first);
+    let json = report_json(&status).await;
+    assert_eq!(json["config"]["digest"], super::config_digest(&first));
+    assert_eq!(json["config"]["digest"].as_str().unwrap().len(), 12);
+    assert!(json["config"]["last_reload"].is_null(), "never reloaded");
+
+    let one_route = settings(&TWO_ROUTES.replace("status-hooks", "status-webhooks"));
+    status.reload_applied(&one_route);
+    let json = report_json(&status).await;
+    assert_eq!(json["config"]["digest"], super::config_digest(&one_route));
+    assert_ne!(json["config"]["digest"], super::config_digest(&first));
+    assert_eq!(json["config"]["last_reload"]["result"], "ok");
+    assert_eq!(json["routes"][1]["name"], "status-webhooks");
+
+    status.reload_refused();
+    let json = report_json(&status).await;
+    assert_eq!(json["config"]["last_reload"]["result"], "error");
+    assert_eq!(
+        json["config"]["digest"],
+        super::config_digest(&one_route),
+        "the running config stays"
+    );
+}
+
+#[test]
+fn the_digest_follows_the_effect_not_the_layout() {
+    let spaced = TWO_ROUTES
+        .replace("name = ", "name     =   ")
+        .replace('\n', "\n# a comment\n");
+    let moved = TWO_ROUTES.replace(
+        "upstream = \"http://127.0.0.1:9001\"",
+        "upstream = \"http://127.0.0.1:9002\"",
+    );
+    let digest = |toml: &str| super::config_digest(&settings(toml));
+    assert_eq!(digest(TWO_ROUTES), digest(&spaced));
+    assert_ne!(digest(TWO_ROUTES), digest(&moved));
+}
+
+#[derive(Debug)]
+struct FixedInbox(Option<InboxQueues>);
+
+#[async_trait]
+impl InboxStats for FixedInbox {
+    async fn queues(&self) -> Result<InboxQueues, StoreError> {
+        self.0.ok_or_else(|| StoreError::Unavailable("down".into()))
+    }
+}
+
+#[tokio::test]
+async fn an_inbox_section_only_where_one_is_registered() {
+    let status = Status::new(&settings(TWO_ROUTES));
+    let queues = InboxQueues {
+        pending: 4,
+        in_flight: 1,
+        dead: 2,
+        oldest_pending_seconds: 90,
+    };
+    let hooks = RouteName::new("status-hooks").unwrap();
+    status.set_inbox(&hooks, Arc::new(FixedInbox(Some(queues))));
+    let json = report_json(&status).await;
+    assert!(
+        json["routes"][0].get("inbox").is_none(),
+        "a proxy route has no inbox section"
+    );
+    let inbox = &json["routes"][1]["inbox"];
+    assert_eq!(inbox["state"], "ok");
+    assert_eq!(
+        (inbox["pending"].as_u64(), inbox["dead"].as_u64()),
+        (Some(4), Some(2))
+    );
+
+    status.set_inbox(&hooks, Arc::new(FixedInbox(None)));
+    let json = report_json(&status).await;
+    assert_eq!(json["routes"][1]["inbox"]["state"], "unavailable");
+}
+
+#[tokio::test]
+async fn counts_decisions_and_the_replay_ratio() {
+    let toml = TWO_ROUTES.replace("status-payments", "status-counted");
+    let status = Status::new(&settings(&toml));
+    let activity = super::RouteActivity::of(&RouteName::new("status-counted").unwrap());
+    activity.request_finished(RequestOutcome::Forwarded, 201, Some("aaaaaaaaaaaa"));
+    for _ in 0..3 {
+        activity.request_finished(RequestOutcome::Replayed, 201, Some("aaaaaaaaaaaa"));
+    }
+    activity.request_finished(RequestOutcome::Conflict, 409, Some("bbbbbbbbbbbb"));
+    let json = report_json(&status).await;
+    let route = &json["routes"][0];
+    assert_eq!(route["totals"]["replayed"], 3);
+    assert_eq!(route["totals"]["conflict"], 1);
+    assert_eq!(route["replay_ratio"], 0.75);
+    assert_eq!(
+        route["per_second"]["forwarded"].as_array().unwrap().len(),
+        60
+    );
+    let decisions = json["decisions"].as_array().unwrap();
+    assert_eq!(decisions.len(), 5);
+    assert_eq!(
+        decisions
+            .iter()
+            .filter(|d| d["outcome"] == "conflict" && d["status"] == 409)
+            .count(),
+        1
+    );
+    assert!(decisions.iter().all(|d| d["route"] == "status-counted"));
+}

@@ -1,0 +1,257 @@
+//! Idle HTTP/1.1 connections to one upstream, kept for the next request.
+//!
+//! No task runs per connection: a connection is driven by the task of the request using it
+//! (see [`exchange`](super::exchange) and [`UpstreamBody`](super::UpstreamBody)), and while it
+//! sits here nothing polls it. So a close by the upstream goes unnoticed until the connection is
+//! taken out, which is why [`Pool::checkout`] checks each one with the kernel right before it is
+//! written on, and why a connection idle past `idle_timeout` is closed instead of used: app
+//! servers close idle keep-alive connections after a few seconds, and a request written as the
+//! upstream closes is lost in a way no one can tell from "it ran".
+//!
+//! The connection returned last is the one taken first, as it is the least likely to have been
+//! closed, and the rest age out. One sweeper task per pool closes expired connections when the proxy
+//! goes quiet; it runs only while the list holds any.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+
+use super::transport::{self, Address, CloseCheck, UpstreamIo};
+use crate::error::BoxError;
+
+/// How a route keeps connections to its upstream (`upstream_idle_timeout`, SPEC section 14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PoolSettings {
+    /// A connection idle this long is closed, never used: keep it below the upstream's own.
+    pub idle_timeout: Duration,
+    /// Idle connections kept at most; past that, the one idle longest is closed.
+    pub max_idle: usize,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        Self {
+            idle_timeout: Duration::from_secs(1),
+            max_idle: 256,
+        }
+    }
+}
+
+type Connection = http1::Connection<TokioIo<UpstreamIo>, Body>;
+
+/// One HTTP/1.1 connection: the handle requests go in by, and the state machine that reads and
+/// writes the socket, polled by whoever holds it.
+pub(super) struct PooledConnection {
+    sender: http1::SendRequest<Body>,
+    connection: Connection,
+    close_check: CloseCheck,
+}
+
+impl PooledConnection {
+    /// Connects to `address`; HTTP/1.1 needs no handshake on the wire.
+    pub(super) async fn open(address: &Address) -> Result<Self, BoxError> {
+        let (io, close_check) = UpstreamIo::new(transport::connect(address).await?);
+        let (sender, connection) = http1::handshake(TokioIo::new(io)).await?;
+        Ok(Self {
+            sender,
+            connection,
+            close_check,
+        })
+    }
+
+    pub(super) fn sender(&mut self) -> &mut http1::SendRequest<Body> {
+        &mut self.sender
+    }
+
+    /// Reads and writes what the exchange in progress needs. `Ready` once the connection has
+    /// ended (closed by either side, or failed); it must not be polled after that.
+    pub(super) fn poll_connection(&mut self, cx: &mut Context<'_>) -> Poll<hyper::Result<()>> {
+        Pin::new(&mut self.connection).poll(cx)
+    }
+
+    /// Whether the connection is open and waiting for a request: one poll lets it see the end
+    /// of the last exchange, or a close, and then the sender says whether it takes a request.
+    fn is_idle(&mut self) -> bool {
+        is_idle(&mut self.sender, &mut self.connection)
+    }
+
+    /// [`is_idle`](Self::is_idle), with the socket's reads asking the kernel, so a close that
+    /// has arrived is seen even before the runtime has noticed it.
+    fn is_open(&mut self) -> bool {
+        let Self {
+            sender,
+            connection,
+            close_check,
+        } = self;
+        close_check.during(|| is_idle(sender, connection))
+    }
+}
+
+fn is_idle(sender: &mut http1::SendRequest<Body>, connection: &mut Connection) -> bool {
+    poll_once(|cx| {
+        Pin::new(connection).poll(cx).is_pending()
+            && matches!(sender.poll_ready(cx), Poll::Ready(Ok(())))
+    })
+}
+
+/// Polls once, with a waker that does nothing: the next poll comes from the task that uses the
+/// connection. Outside the runtime's cooperative budget, as a task that has spent its budget
+/// sees every socket as not ready, and would take a closed connection for an open one.
+fn poll_once<T>(f: impl FnOnce(&mut Context<'_>) -> T) -> T {
+    let mut f = Some(f);
+    let once = std::future::poll_fn(|cx| Poll::Ready(f.take().map(|f| f(cx))));
+    let mut once = pin!(tokio::task::unconstrained(once));
+    match once.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(Some(value)) => value,
+        Poll::Ready(None) | Poll::Pending => {
+            unreachable!("a poll_fn that is ready on its first poll")
+        }
+    }
+}
+
+/// The idle connections to one upstream.
+pub(super) struct Pool {
+    settings: PoolSettings,
+    idle: Mutex<IdleList>,
+}
+
+#[derive(Default)]
+struct IdleList {
+    /// Oldest first.
+    connections: VecDeque<Idle>,
+    /// Whether a sweeper task is running for this pool.
+    sweeping: bool,
+}
+
+struct Idle {
+    since: Instant,
+    connection: PooledConnection,
+}
+
+impl Pool {
+    pub(super) fn new(settings: PoolSettings) -> Arc<Self> {
+        Arc::new(Self {
+            settings,
+            idle: Mutex::default(),
+        })
+    }
+
+    /// The most recently used connection that is still open, if any. Those found closed are
+    /// dropped on the way.
+    pub(super) fn checkout(&self) -> Option<PooledConnection> {
+        loop {
+            let mut connection = self.pop_newest()?;
+            if connection.is_open() {
+                return Some(connection);
+            }
+        }
+    }
+
+    fn pop_newest(&self) -> Option<PooledConnection> {
+        let now = Instant::now();
+        let mut list = self.lock();
+        let newest = list.connections.pop_back()?;
+        if now.saturating_duration_since(newest.since) < self.settings.idle_timeout {
+            return Some(newest.connection);
+        }
+        // The newest is past its time, so every older one is too.
+        let expired = std::mem::take(&mut list.connections);
+        drop(list);
+        drop((newest, expired));
+        None
+    }
+
+    /// Keeps a connection whose exchange has ended, if it is idle and open; else closes it.
+    pub(super) fn checkin(self: &Arc<Self>, mut connection: PooledConnection) {
+        if self.settings.max_idle == 0 || !connection.is_idle() {
+            return;
+        }
+        let mut list = self.lock();
+        let evicted = (list.connections.len() >= self.settings.max_idle)
+            .then(|| list.connections.pop_front());
+        list.connections.push_back(Idle {
+            since: Instant::now(),
+            connection,
+        });
+        let start_sweeping = !std::mem::replace(&mut list.sweeping, true);
+        drop(list);
+        drop(evicted);
+        if start_sweeping {
+            self.start_sweeper();
+        }
+    }
+
+    /// How many connections are idle here now, expired ones included.
+    pub(super) fn idle_count(&self) -> usize {
+        self.lock().connections.len()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, IdleList> {
+        // Nothing panics while the list is held, so a poisoned one is still whole.
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn start_sweeper(self: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.lock().sweeping = false;
+            return;
+        };
+        let pool = Arc::downgrade(self);
+        runtime.spawn(sweep_until_empty(pool, self.settings.idle_timeout));
+    }
+
+    /// Closes the connections past their idle time; returns how long until the oldest one left
+    /// expires, or `None`, and stops sweeping, when none is left.
+    fn sweep(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let timeout = self.settings.idle_timeout;
+        let mut list = self.lock();
+        let expired = list
+            .connections
+            .iter()
+            .take_while(|idle| now.saturating_duration_since(idle.since) >= timeout)
+            .count();
+        let expired: Vec<Idle> = list.connections.drain(..expired).collect();
+        let next = list
+            .connections
+            .front()
+            .map(|oldest| (oldest.since + timeout).saturating_duration_since(now));
+        list.sweeping = next.is_some();
+        drop(list);
+        drop(expired);
+        next
+    }
+}
+
+async fn sweep_until_empty(pool: Weak<Pool>, first_wait: Duration) {
+    let mut wait = first_wait;
+    loop {
+        tokio::time::sleep(wait).await;
+        let Some(pool) = pool.upgrade() else { return };
+        match pool.sweep() {
+            Some(next) => wait = next,
+            None => return,
+        }
+    }
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("settings", &self.settings)
+            .field("idle", &self.idle_count())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+#[path = "pool_tests.rs"]
+mod tests;

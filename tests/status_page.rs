@@ -1,0 +1,364 @@
+//! The admin status page in a real browser: headless Chromium loads `GET /`, the page's script
+//! polls `/status`, and the rendered DOM is checked against `/metrics` and for anything a client
+//! sent that must never be shown.
+//!
+//! Without Chromium on the machine the browser checks say SKIPPED and pass, unless
+//! `REQUIRE_BROWSER=1` (as CI sets it). `STATUS_PAGE_SCREENSHOT=PATH` also writes the
+//! screenshot there (the README's `docs/status-page.png` is made that way).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::client::TestClient;
+use common::proxy::TestProxy;
+use common::upstream::TestUpstream;
+use idempotency_proxy::model::{IdempotencyKey, RouteName, ScopedKey};
+use idempotency_proxy::store::MemoryStore;
+
+const OUTCOMES: [&str; 7] = [
+    "forwarded",
+    "replayed",
+    "conflict",
+    "mismatch",
+    "rejected",
+    "released",
+    "bypassed",
+];
+
+/// Card numbers and keys that must never reach the page.
+const CARD: &str = "4242-4242-4242-4242";
+const KEY_PREFIX: &str = "customer-7731-order";
+
+/// Chromium, if the machine has it; says SKIPPED loudly when it does not and may not.
+fn chromium() -> Option<PathBuf> {
+    let names = ["chromium", "chromium-browser", "google-chrome"];
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path)
+        .flat_map(|dir| names.map(|n| dir.join(n)))
+        .find(|candidate| candidate.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var("REQUIRE_BROWSER").as_deref() != Ok("1"),
+            "REQUIRE_BROWSER=1 but no chromium on PATH"
+        );
+        eprintln!("\n*** SKIPPED: no chromium on PATH; the status page was not checked in a browser (apt-get install chromium) ***\n");
+    }
+    found
+}
+
+/// Runs headless Chromium on `url` with `action` (`--dump-dom` or `--screenshot=PATH`), after
+/// the page has had 5 s of its own time to fetch `/status` and render.
+async fn chromium_run(browser: &Path, url: &str, action: &str) -> String {
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    let profile = std::env::temp_dir().join(format!(
+        "status-page-chromium-{}-{}",
+        std::process::id(),
+        RUNS.fetch_add(1, Ordering::Relaxed)
+    ));
+    let run = tokio::process::Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--window-size=1280,900",
+            "--virtual-time-budget=5000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args([action, url])
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(90), run)
+        .await
+        .expect("chromium finishes within 90s")
+        .expect("chromium starts");
+    let _ = std::fs::remove_dir_all(&profile);
+    assert!(
+        output.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("the DOM is UTF-8")
+}
+
+/// The number in the page's totals cell for `route` and `outcome`.
+fn dom_total(dom: &str, route: &str, outcome: &str) -> Option<u64> {
+    let cell = format!("data-route=\"{route}\" data-outcome=\"{outcome}\">");
+    let at = dom.find(&cell)? + cell.len();
+    dom[at..].split('<').next()?.parse().ok()
+}
+
+/// The request counter for `route` and `outcome` in Prometheus text, 0 when absent.
+fn metric_total(metrics: &str, route: &str, outcome: &str) -> u64 {
+    let labels = [
+        format!("route=\"{route}\""),
+        format!("outcome=\"{outcome}\""),
+    ];
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("idempotency_requests_total{"))
+        .filter(|l| labels.iter().all(|label| l.contains(label.as_str())))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn two_routes(upstream: &str, payments: &str, hooks: &str, extra: &str) -> String {
+    format!(
+        "store = \"memory\"\n{extra}\n\
+         [[routes]]\nname = \"{payments}\"\npath_prefix = \"/v1/\"\nupstream = \"{upstream}\"\nrequire_key = true\n\
+         [[routes]]\nname = \"{hooks}\"\npath_prefix = \"/hooks/\"\nupstream = \"{upstream}\"\n"
+    )
+}
+
+fn key(n: usize) -> String {
+    format!("{KEY_PREFIX}-{n}")
+}
+
+fn body(n: usize) -> String {
+    format!("{{\"card\":\"{CARD}\",\"amount\":{n}}}")
+}
+
+async fn post(client: &TestClient, path: &str, key: &str, body: String) -> u16 {
+    let headers = [
+        ("idempotency-key", key),
+        ("content-type", "application/json"),
+    ];
+    client
+        .send("POST", path, &headers, body)
+        .await
+        .status
+        .as_u16()
+}
+
+/// A few seconds of mixed traffic on both routes: every outcome but `released`.
+async fn traffic(proxy: &TestProxy) {
+    let client = &proxy.client;
+    for round in 0..4 {
+        for n in round * 3..round * 3 + 3 {
+            assert_eq!(post(client, "/v1/charges", &key(n), body(n)).await, 201);
+            assert_eq!(
+                post(client, "/v1/charges", &key(n), body(n)).await,
+                201,
+                "replayed"
+            );
+        }
+        let reused = post(client, "/v1/charges", &key(round * 3), body(999)).await;
+        assert_eq!(reused, 422, "same key, another body");
+        let no_key = client.send("POST", "/v1/charges", &[], body(1)).await;
+        assert_eq!(no_key.status, 400, "payments require a key");
+        assert_eq!(
+            post(client, "/hooks/github", &key(100 + round), body(round)).await,
+            201
+        );
+        let read = client.send("GET", "/hooks/github", &[], "").await;
+        assert!(
+            read.status.is_success() && !read.replayed(),
+            "a GET is passed through"
+        );
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    let slow = [("idempotency-key", "slow-order"), ("x-delay-ms", "1500")];
+    let first = {
+        let client = client.clone();
+        tokio::spawn(async move { client.send("POST", "/v1/charges", &slow, body(7)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let duplicate = client.send("POST", "/v1/charges", &slow, body(7)).await;
+    assert_eq!(duplicate.status, 409, "the first is still in flight");
+    assert_eq!(first.await.unwrap().status, 201);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_what_metrics_count_and_nothing_a_client_sent() {
+    let upstream = TestUpstream::start().await;
+    let (payments, hooks) = ("page-payments", "page-hooks");
+    let toml = two_routes(&upstream.url(), payments, hooks, "");
+    let proxy = TestProxy::start(&toml, Arc::new(MemoryStore::new())).await;
+    traffic(&proxy).await;
+
+    let status = proxy.admin.send("GET", "/status", &[], "").await;
+    assert_eq!(status.status, 200);
+    let json_text = String::from_utf8_lossy(&status.body).into_owned();
+    for secret in [CARD, KEY_PREFIX, "slow-order"] {
+        assert!(!json_text.contains(secret), "/status shows {secret:?}");
+    }
+    let Some(browser) = chromium() else { return };
+    let url = format!("http://{}/", proxy.admin_addr);
+    let dom = chromium_run(&browser, &url, "--dump-dom").await;
+    assert!(
+        dom.contains("data-state=\"ok\""),
+        "the page rendered its data:\n{dom}"
+    );
+    let metrics = proxy.admin.send("GET", "/metrics", &[], "").await;
+    let metrics = String::from_utf8_lossy(&metrics.body).into_owned();
+    for route in [payments, hooks] {
+        for outcome in OUTCOMES {
+            let shown = dom_total(&dom, route, outcome);
+            assert_eq!(
+                shown,
+                Some(metric_total(&metrics, route, outcome)),
+                "{route} {outcome}"
+            );
+        }
+    }
+    for (route, outcome, at_least) in [
+        (payments, "forwarded", 13),
+        (payments, "replayed", 12),
+        (payments, "mismatch", 4),
+        (payments, "conflict", 1),
+        (payments, "rejected", 4),
+        (hooks, "forwarded", 4),
+        (hooks, "bypassed", 4),
+    ] {
+        assert!(
+            dom_total(&dom, route, outcome) >= Some(at_least),
+            "{route} {outcome}"
+        );
+    }
+    for secret in [CARD, KEY_PREFIX, "slow-order", "amount"] {
+        assert!(!dom.contains(secret), "the page shows {secret:?}");
+    }
+    let slow_key = ScopedKey::new(
+        RouteName::new(payments).unwrap(),
+        None,
+        IdempotencyKey::new("slow-order".to_owned()).unwrap(),
+    );
+    assert!(
+        dom.contains(&slow_key.log_id()),
+        "the decisions list keys by their log id"
+    );
+
+    let shot = std::env::var_os("STATUS_PAGE_SCREENSHOT").map_or_else(
+        || std::env::temp_dir().join(format!("status-page-{}.png", std::process::id())),
+        PathBuf::from,
+    );
+    chromium_run(&browser, &url, &format!("--screenshot={}", shot.display())).await;
+    let png = std::fs::read(&shot).expect("chromium wrote the screenshot");
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 20_000,
+        "{} bytes",
+        png.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_admin_token_the_page_asks_for_it_before_showing_anything() {
+    let upstream = TestUpstream::start().await;
+    let token_file = std::env::temp_dir().join(format!("status-page-token-{}", std::process::id()));
+    std::fs::write(&token_file, "s3cret-admin\n").unwrap();
+    let extra = format!("admin_token = \"file:{}\"", token_file.display());
+    let toml = two_routes(&upstream.url(), "token-payments", "token-hooks", &extra);
+    let proxy = TestProxy::start(&toml, Arc::new(MemoryStore::new())).await;
+    std::fs::remove_file(&token_file).unwrap();
+    assert_eq!(
+        post(&proxy.client, "/v1/charges", &key(1), body(1)).await,
+        201
+    );
+
+    let page = proxy.admin.send("GET", "/", &[], "").await;
+    assert_eq!(page.status, 200, "the page itself holds no data");
+    assert_eq!(
+        page.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
+    let policy = page.header("content-security-policy").unwrap();
+    assert!(policy.contains("default-src 'none'") && policy.contains("connect-src 'self'"));
+    let html = String::from_utf8_lossy(&page.body);
+    assert!(!html.contains("token-payments") && !html.contains("s3cret"));
+    assert!(
+        !html.contains("src=\"http") && !html.contains("href=\"http"),
+        "no assets from elsewhere"
+    );
+
+    assert_eq!(
+        proxy.admin.send("GET", "/status", &[], "").await.status,
+        401
+    );
+    let wrong = [("authorization", "Bearer s3cret-admi")];
+    assert_eq!(
+        proxy.admin.send("GET", "/status", &wrong, "").await.status,
+        401
+    );
+    let right = [("authorization", "Bearer s3cret-admin")];
+    let status = proxy.admin.send("GET", "/status", &right, "").await;
+    assert_eq!(status.status, 200);
+    assert_eq!(status.json()["routes"][0]["name"], "token-payments");
+
+    let Some(browser) = chromium() else { return };
+    let url = format!("http://{}/", proxy.admin_addr);
+    let dom = chromium_run(&browser, &url, "--dump-dom").await;
+    assert!(
+        dom.contains("data-state=\"token\""),
+        "the page asks for the token:\n{dom}"
+    );
+    assert!(
+        !dom.contains("token-payments"),
+        "and shows no route before it has one"
+    );
+}
+
+/// The counter of requests refused because the store failed, for `route`.
+fn store_unavailable_total(metrics: &str, route: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("idempotency_store_unavailable_total{"))
+        .filter(|l| l.contains(&format!("route=\"{route}\"")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_dead_store_shows_as_unreachable_and_its_refusals_are_counted() {
+    let Some(mut redis) = common::redis_server::RedisServer::start().await else {
+        return;
+    };
+    let upstream = TestUpstream::start().await;
+    let store = idempotency_proxy::store::RedisStore::connect(&redis.url(), "status-page")
+        .await
+        .unwrap()
+        .with_op_timeout(Duration::from_millis(500));
+    let toml = format!(
+        "store = \"redis://127.0.0.1:{}\"\n[[routes]]\nname = \"dead-store\"\npath_prefix = \"/\"\nupstream = \"{}\"\n",
+        redis.port(),
+        upstream.url()
+    );
+    let proxy = TestProxy::start(&toml, Arc::new(store)).await;
+    assert_eq!(post(&proxy.client, "/v1/x", "before", body(1)).await, 201);
+    let status = proxy.admin.send("GET", "/status", &[], "").await.json();
+    assert_eq!(status["store"]["kind"], "redis");
+    assert_eq!(status["store"]["health"], "ok");
+    assert!(
+        status["store"]["latency"]["samples"].as_u64() >= Some(2),
+        "reserve and complete"
+    );
+
+    redis.kill();
+    assert_eq!(
+        post(&proxy.client, "/v1/x", "while-dead", body(2)).await,
+        503
+    );
+    let status = proxy.admin.send("GET", "/status", &[], "").await.json();
+    assert_ne!(status["store"]["health"], "ok");
+    assert_eq!(status["routes"][0]["totals"]["rejected"], 1);
+    let text = status.to_string();
+    assert!(
+        !text.contains("127.0.0.1") && !text.contains("redis://"),
+        "the store's address is not shown: {text}"
+    );
+    let metrics = proxy.admin.send("GET", "/metrics", &[], "").await;
+    let metrics = String::from_utf8_lossy(&metrics.body);
+    assert_eq!(
+        store_unavailable_total(&metrics, "dead-store"),
+        1,
+        "{metrics}"
+    );
+}
