@@ -245,6 +245,14 @@ async fn sighup_reloads_the_running_binary() {
         child.try_wait().unwrap().is_none(),
         "SIGHUP ended the process"
     );
-    let log = std::fs::read_to_string(file.with_extension("log")).unwrap();
+    // The reload is logged once it is in force, so the line may come a moment after.
+    let mut log = String::new();
+    for _ in 0..100 {
+        log = std::fs::read_to_string(file.with_extension("log")).unwrap();
+        if log.contains("config reloaded") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(log.contains("config reloaded"), "{log}");
 }
