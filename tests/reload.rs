@@ -256,3 +256,42 @@ async fn sighup_reloads_the_running_binary() {
     }
     assert!(log.contains("config reloaded"), "{log}");
 }
+
+/// Sends a keyless POST on `sender` and returns its status.
+async fn post_on(sender: &mut http1::SendRequest<Body>) -> StatusCode {
+    let request = Request::post("/v1/charges")
+        .header("host", "proxy")
+        .body(Body::from("{}"))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status();
+    response.into_body().collect().await.unwrap();
+    status
+}
+
+async fn open_connection(addr: std::net::SocketAddr) -> http1::SendRequest<Body> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (sender, connection) = http1::handshake(TokioIo::new(tcp)).await.unwrap();
+    tokio::spawn(connection);
+    sender
+}
+
+#[tokio::test]
+async fn a_raised_connection_limit_lets_a_waiting_client_in() {
+    let upstream = TestUpstream::start().await;
+    let with_limit = |n: u32| format!("max_connections = {n}\n{}", config(&upstream.url(), false));
+    let file = config_file("slots", &with_limit(1));
+    let (proxy, _) = TestProxy::from_file(&file, Arc::new(MemoryStore::new())).await;
+    let mut first = open_connection(proxy.addr).await;
+    assert_eq!(post_on(&mut first).await, StatusCode::CREATED);
+    // The second client waits in the listen backlog while the first holds the only slot.
+    let mut second = open_connection(proxy.addr).await;
+    let waiting = tokio::spawn(async move { post_on(&mut second).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "served past max_connections");
+    std::fs::write(&file, with_limit(2)).unwrap();
+    assert_eq!(reload(&proxy).await.status, StatusCode::OK);
+    let served = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+    assert_eq!(served.expect("let in").unwrap(), StatusCode::CREATED);
+    assert_eq!(post_on(&mut first).await, StatusCode::CREATED);
+}
