@@ -5,8 +5,8 @@
 //! file), and checked as `--check` checks it, files named in it included. Then either the next
 //! requests are served by a generation built from it, or, for an invalid file or a change to
 //! what only a restart can change, nothing changes and the reason is logged as one line.
-//! Either way it is counted in `idempotency_config_reloads_total{result}` and kept as the last
-//! reload's outcome for the admin status.
+//! Either way it is counted in `idempotency_config_reloads_total{result}`, kept as the last
+//! reload's outcome ([`ReloadState`]), and told to the status page.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
@@ -16,7 +16,8 @@ use sha2::{Digest, Sha256};
 use crate::config::{self, ConfigError, Overrides, Settings};
 use crate::telemetry;
 
-/// The running config's digest and how the last reload went, for the admin status page.
+/// The running config's digest and how the last reload went, with the reason of a refusal
+/// (the status page shows the digest's first 12 digits and whether the last reload applied).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReloadState {
     /// SHA-256 (hex) of the running config as `--check` prints it.
@@ -40,6 +41,10 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Reloads {
     pub(super) fn new(running: &Settings) -> Self {
+        // Both series exist from the start, so a dashboard sees zeros rather than gaps.
+        for result in ["ok", "error"] {
+            metrics::counter!(telemetry::CONFIG_RELOADS_TOTAL, "result" => result).increment(0);
+        }
         let state = ReloadState {
             digest: digest(running),
             last: None,
