@@ -95,7 +95,7 @@ pub fn run() -> ExitCode {
         print!("{}", settings.to_toml());
         return ExitCode::SUCCESS;
     }
-    logging::init(settings.log_format);
+    let _logging = logging::init(settings.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {

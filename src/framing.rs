@@ -271,6 +271,20 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for FramingGuard<IO> {
         Pin::new(&mut self.io).poll_write(cx, data)
     }
 
+    // Passed through so hyper writes a response's head and body with one `writev(2)` instead of
+    // copying them into one buffer for a `send(2)`.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_flush(cx)
     }

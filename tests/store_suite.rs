@@ -60,6 +60,12 @@ async fn redis(test: &str) -> Backend {
     Some(Arc::new(common::redis::store(test).await?))
 }
 
+/// The Redis store reserving with its script, as it does on Redis before 7.0.
+async fn redis_script(test: &str) -> Backend {
+    let store = common::redis::store(test).await?;
+    Some(Arc::new(store.reserving_by_script()))
+}
+
 /// A store on the test binary's private Redis Cluster, under a prefix of its own.
 async fn cluster(test: &str) -> Backend {
     // Starting the cluster blocks for a few seconds, once; the runtime is multi-threaded.
@@ -108,6 +114,7 @@ store_suite!(file);
 store_suite!(sealed);
 store_suite!(cached);
 store_suite!(redis);
+store_suite!(redis_script);
 store_suite!(cluster);
 
 const LONG: Duration = Duration::from_secs(30);

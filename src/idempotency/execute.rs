@@ -1,12 +1,12 @@
 //! Step 5 of a request's life (SPEC section 3): the first request with a key goes upstream, its
 //! lease is renewed while the upstream works, and its outcome is stored or its key freed.
 //!
-//! All of it runs in a task of its own, so a client that hangs up does not cancel the
-//! operation halfway: the upstream call runs to its end and its outcome is recorded, and the
-//! client's retry gets the replay instead of a second execution.
+//! It runs in the request's own task, and moves to a task of its own if the client hangs up
+//! (`detach.rs`), so a client that leaves does not cancel the operation halfway: the upstream
+//! call runs to its end and its outcome is recorded, and the client's retry gets the replay
+//! instead of a second execution.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
 use http::{response::Parts, HeaderMap, Request, Response};
@@ -15,23 +15,19 @@ use tower::ServiceExt;
 
 use super::admit::KeyedRequest;
 use super::buffer::{buffer, BufferedBody};
+use super::complete::Held;
 use super::context::{AnswerBody, Context, Inner};
+use super::detach::Detachable;
 use super::policy::{AmbiguousPolicy, ConcurrentPolicy, Outcome};
 use crate::error::{Cause, ProxyError, UpstreamFailure};
-use crate::headers::storable_response_headers;
-use crate::model::{CompletedRecord, FencingToken, Fingerprint, Record, ScopedKey, StoredBody};
+use crate::model::{CompletedRecord, FencingToken, StoredBody};
 use crate::outcome::RequestOutcome;
 use crate::store::Fenced;
-
-/// How many times storing an outcome is tried before the key is left to its lease.
-const COMPLETE_ATTEMPTS: u32 = 3;
 
 /// A reservation just acquired, and everything needed to see it through.
 pub(super) struct Execution {
     ctx: Arc<Context>,
-    key: ScopedKey,
-    token: FencingToken,
-    fingerprint: Fingerprint,
+    held: Held,
 }
 
 /// What the upstream call came to, before the policy is applied.
@@ -47,8 +43,7 @@ enum Answer {
 }
 
 impl Execution {
-    /// Runs `request`, whose key `token` holds, in its own task, and waits for the answer to
-    /// give the client.
+    /// Runs `request`, whose key `token` holds, to its end, even if the caller stops waiting.
     pub(super) async fn run<S, B>(
         ctx: Arc<Context>,
         inner: S,
@@ -59,22 +54,17 @@ impl Execution {
         S: Inner<B>,
         B: AnswerBody,
     {
-        let execution = Self {
+        let held = Held {
             key: request.key.clone(),
             fingerprint: request.fingerprint,
             token,
+        };
+        let execution = Self {
+            held,
             ctx: ctx.clone(),
         };
-        let task = execution.execute(inner, request.into_request());
-        match ctx.tasks.spawn(task).await {
-            Ok(answer) => answer,
-            Err(panic) => {
-                // The record stays in flight and frees when its lease runs out.
-                tracing::error!(error = %panic, "the upstream task failed");
-                let answer = ProxyError::UpstreamUnavailable.into_response();
-                (answer, RequestOutcome::Rejected)
-            }
-        }
+        let work = execution.execute(inner, request.into_request());
+        Detachable::new(work, &ctx.tasks).await
     }
 
     async fn execute<S, B>(
@@ -97,7 +87,7 @@ impl Execution {
         let settled = self.settle(answer).await;
         drop(in_flight);
         if self.ctx.policy.concurrent == ConcurrentPolicy::Wait {
-            self.ctx.waiters.finished(&self.key.storage_key());
+            self.ctx.waiters.finished(self.held.key.storage_key());
         }
         settled
     }
@@ -108,15 +98,16 @@ impl Execution {
         let policy = &self.ctx.policy;
         loop {
             tokio::time::sleep(policy.renew_every()).await;
-            let renewed = self.ctx.store.renew(&self.key, self.token, policy.lease);
+            let held = &self.held;
+            let renewed = self.ctx.store.renew(&held.key, held.token, policy.lease);
             match renewed.await {
                 Ok(Fenced::Applied) => {}
                 Ok(Fenced::LeaseLost) => {
-                    tracing::warn!(key = %self.key.log_id(), "lease lost while the upstream was working");
+                    tracing::warn!(key = %self.held.key.log_id(), "lease lost while the upstream was working");
                     return std::future::pending().await;
                 }
                 Err(e) => {
-                    tracing::warn!(key = %self.key.log_id(), error = %e, "renewing the lease failed");
+                    tracing::warn!(key = %self.held.key.log_id(), error = %e, "renewing the lease failed");
                 }
             }
         }
@@ -161,73 +152,28 @@ impl Execution {
             Outcome::Ambiguous => self.ctx.policy.on_ambiguous == AmbiguousPolicy::Keep,
         };
         let request_outcome = if keep {
-            self.complete(self.record(&answer)).await;
+            self.held.complete(&self.ctx, self.record(&answer)).await;
             RequestOutcome::Forwarded
         } else {
-            self.release().await;
+            self.held.release(&self.ctx).await;
             RequestOutcome::Released
         };
         (respond(answer), request_outcome)
     }
 
-    /// What the store keeps of the answer: status, storable headers, and the body if kept.
+    /// What the store keeps of the answer.
     fn record(&self, answer: &Answer) -> CompletedRecord {
-        let (status, headers, body) = match answer {
+        let ctx = &self.ctx;
+        match answer {
             Answer::Upstream(parts, body) => {
-                let exclude = &self.ctx.policy.replay_exclude_headers;
-                let headers = storable_response_headers(&parts.headers, exclude);
-                (parts.status, headers, body.stored())
+                self.held
+                    .record(ctx, parts.status, &parts.headers, body.stored())
             }
             Answer::Problem { error, .. } => {
                 let kind = StoredBody::Problem(error.problem_type().to_owned());
-                (error.status(), HeaderMap::new(), kind)
+                self.held
+                    .record(ctx, error.status(), &HeaderMap::new(), kind)
             }
-        };
-        let record = CompletedRecord {
-            fingerprint: self.fingerprint,
-            token: self.token,
-            created_at: SystemTime::now(),
-            status,
-            headers,
-            body,
-        };
-        // Kept in memory for a while (memory store, replay cache): it must not pin the read buffer.
-        record.detached()
-    }
-
-    /// Stores the outcome. A store error is retried a few times: while the outcome is not
-    /// stored, the key would free when its lease runs out and a retry could run it again.
-    async fn complete(&self, record: CompletedRecord) {
-        let (store, ttl, log_id) = (&self.ctx.store, self.ctx.policy.ttl, self.key.log_id());
-        for attempt in 0..COMPLETE_ATTEMPTS {
-            let started = Instant::now();
-            let stored = store.complete(&self.key, &record, ttl).await;
-            self.ctx.metrics.completed(started.elapsed());
-            match stored {
-                Ok(Fenced::Applied) => return,
-                // A try that timed out may still have been applied: then the record is ours.
-                Ok(Fenced::LeaseLost) if attempt > 0 && self.stored_by_us().await => return,
-                Ok(Fenced::LeaseLost) => {
-                    tracing::warn!(key = %log_id, "outcome not stored: the lease ran out and the key was taken over");
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(key = %log_id, attempt, error = %e, "storing the outcome failed");
-                    tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
-                }
-            }
-        }
-        tracing::error!(key = %log_id, "outcome not stored; the key frees when its lease runs out");
-    }
-
-    async fn stored_by_us(&self) -> bool {
-        let current = self.ctx.store.get(&self.key).await;
-        matches!(current, Ok(Some((Record::Completed(r), _))) if r.token == self.token)
-    }
-
-    async fn release(&self) {
-        if let Err(e) = self.ctx.store.release(&self.key, self.token).await {
-            tracing::warn!(key = %self.key.log_id(), error = %e, "releasing the key failed; it frees when its lease runs out");
         }
     }
 }

@@ -126,7 +126,7 @@ async fn reserve(ctx: &Context, request: &KeyedRequest) -> Result<Reservation, S
 /// seen at the next poll, the pause between polls doubling from 10ms up to 50ms.
 async fn wait_for_first(ctx: &Context, request: &KeyedRequest) -> Result<Reservation, StoreError> {
     let storage_key = request.key.storage_key();
-    let notify = ctx.waiters.subscribe(&storage_key);
+    let notify = ctx.waiters.subscribe(storage_key);
     let deadline = Instant::now() + ctx.policy.wait_timeout;
     let mut pause = WAIT_FIRST_PAUSE;
     let result = loop {
@@ -142,7 +142,7 @@ async fn wait_for_first(ctx: &Context, request: &KeyedRequest) -> Result<Reserva
         let _ = tokio::time::timeout(pause.min(left), notified).await;
         pause = (pause * 2).min(WAIT_MAX_PAUSE);
     };
-    ctx.waiters.unsubscribe(&storage_key, notify);
+    ctx.waiters.unsubscribe(storage_key, notify);
     result
 }
 

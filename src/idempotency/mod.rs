@@ -7,7 +7,9 @@
 
 mod admit;
 mod buffer;
+mod complete;
 mod context;
+mod detach;
 mod execute;
 pub(crate) mod extract;
 mod flow;

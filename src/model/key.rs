@@ -162,12 +162,21 @@ pub struct ScopedKey {
     route: RouteName,
     scope: Option<ClientScope>,
     key: IdempotencyKey,
+    /// The store's name for it, made once: every store operation, the replay cache and the log
+    /// line use it.
+    name: Box<str>,
 }
 
 impl ScopedKey {
     /// The name of `key` within `route`, for the client of `scope` where the route has one.
     pub fn new(route: RouteName, scope: Option<ClientScope>, key: IdempotencyKey) -> Self {
-        Self { route, scope, key }
+        let name = storage_name(&route, scope.as_ref(), &key);
+        Self {
+            route,
+            scope,
+            key,
+            name,
+        }
     }
 
     /// The route the key belongs to.
@@ -180,11 +189,9 @@ impl ScopedKey {
         &self.key
     }
 
-    /// The store's name for this record. The route name cannot contain `:` and the scope is
-    /// fixed-width hex or `-`, so the key (which may hold `:`) can safely come last.
-    pub fn storage_key(&self) -> String {
-        let scope = self.scope.map_or_else(|| "-".to_owned(), |s| s.to_hex());
-        format!("{}:{}:{}", self.route, scope, self.key.as_str())
+    /// The store's name for this record: `route:scope:key`, the scope in hex or `-`.
+    pub fn storage_key(&self) -> &str {
+        &self.name
     }
 
     /// The same name with the client's key replaced by its SHA-256, for a store whose contents
@@ -192,11 +199,8 @@ impl ScopedKey {
     /// encryption key, so it stays the same across key rotation and admin lookups still find it.
     pub fn with_hashed_key(&self) -> ScopedKey {
         let digest = Sha256::digest(self.key.as_str().as_bytes());
-        Self {
-            route: self.route.clone(),
-            scope: self.scope,
-            key: IdempotencyKey(hex::encode(digest)),
-        }
+        let key = IdempotencyKey(hex::encode(digest));
+        Self::new(self.route.clone(), self.scope, key)
     }
 
     /// A short, stable digest for logs and metrics: enough to correlate, never the key itself.
@@ -209,6 +213,22 @@ impl fmt::Debug for ScopedKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "ScopedKey({}:{})", self.route, self.log_id())
     }
+}
+
+/// The route name cannot contain `:` and the scope is fixed-width hex or `-`, so the key (which
+/// may hold `:`) can safely come last.
+fn storage_name(route: &RouteName, scope: Option<&ClientScope>, key: &IdempotencyKey) -> Box<str> {
+    let (route, key) = (route.as_str(), key.as_str());
+    let mut name = String::with_capacity(route.len() + 66 + key.len());
+    name.push_str(route);
+    name.push(':');
+    match scope {
+        Some(scope) => name.push_str(&scope.to_hex()),
+        None => name.push('-'),
+    }
+    name.push(':');
+    name.push_str(key);
+    name.into_boxed_str()
 }
 
 fn short_digest(bytes: &[u8]) -> String {

@@ -54,7 +54,7 @@ impl<S: Store + ?Sized> CachingStore<S> {
         if !self.fresh_for.is_zero() {
             let fresh_for = self.fresh_for;
             self.cache
-                .insert(key.storage_key(), record, fresh_for, left);
+                .insert(key.storage_key().to_owned(), record, fresh_for, left);
         }
     }
 
@@ -62,7 +62,7 @@ impl<S: Store + ?Sized> CachingStore<S> {
         if self.fresh_for.is_zero() {
             return None;
         }
-        self.cache.get(&key.storage_key())
+        self.cache.get(key.storage_key())
     }
 }
 
@@ -120,7 +120,7 @@ impl<S: Store + ?Sized> Store for CachingStore<S> {
     }
 
     async fn remove(&self, key: &ScopedKey) -> Result<bool, StoreError> {
-        self.cache.invalidate(&key.storage_key());
+        self.cache.invalidate(key.storage_key());
         self.inner.remove(key).await
     }
 

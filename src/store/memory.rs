@@ -119,12 +119,12 @@ impl Store for MemoryStore {
     ) -> Result<Reservation, StoreError> {
         let storage_key = key.storage_key();
         let now = Instant::now();
-        let mut entries = self.entries(&storage_key);
-        if let Some((record, _)) = entries.live(&storage_key, now) {
+        let mut entries = self.entries(storage_key);
+        if let Some((record, _)) = entries.live(storage_key, now) {
             return Ok(record.clone().into());
         }
         let (token, record) = InFlightRecord::fresh(fingerprint);
-        entries.insert(storage_key, record, now + lease);
+        entries.insert(storage_key.to_owned(), record, now + lease);
         Ok(Reservation::Acquired(token))
     }
 
@@ -136,8 +136,8 @@ impl Store for MemoryStore {
     ) -> Result<Fenced, StoreError> {
         let storage_key = key.storage_key();
         let now = Instant::now();
-        let mut entries = self.entries(&storage_key);
-        let held = entries.held_by(&storage_key, token, now);
+        let mut entries = self.entries(storage_key);
+        let held = entries.held_by(storage_key, token, now);
         let done = held.map(|(_, expires)| *expires = now + lease).is_some();
         Ok(applied(done))
     }
@@ -152,20 +152,20 @@ impl Store for MemoryStore {
         let record = Record::Completed(record.clone());
         let storage_key = key.storage_key();
         let now = Instant::now();
-        let mut entries = self.entries(&storage_key);
-        let held = entries.held_by(&storage_key, token, now);
+        let mut entries = self.entries(storage_key);
+        let held = entries.held_by(storage_key, token, now);
         let done = held.map(|entry| *entry = (record, now + ttl)).is_some();
         Ok(applied(done))
     }
 
     async fn release(&self, key: &ScopedKey, token: FencingToken) -> Result<Fenced, StoreError> {
         let storage_key = key.storage_key();
-        let mut entries = self.entries(&storage_key);
+        let mut entries = self.entries(storage_key);
         let held = entries
-            .held_by(&storage_key, token, Instant::now())
+            .held_by(storage_key, token, Instant::now())
             .is_some();
         if held {
-            entries.records.remove(&storage_key);
+            entries.records.remove(storage_key);
         }
         Ok(applied(held))
     }
@@ -173,16 +173,16 @@ impl Store for MemoryStore {
     async fn get(&self, key: &ScopedKey) -> Result<Option<(Record, Duration)>, StoreError> {
         let storage_key = key.storage_key();
         let now = Instant::now();
-        let mut entries = self.entries(&storage_key);
-        let live = entries.live(&storage_key, now);
+        let mut entries = self.entries(storage_key);
+        let live = entries.live(storage_key, now);
         Ok(live.map(|(record, expires)| (record.clone(), *expires - now)))
     }
 
     async fn remove(&self, key: &ScopedKey) -> Result<bool, StoreError> {
         let storage_key = key.storage_key();
-        let mut entries = self.entries(&storage_key);
-        let existed = entries.live(&storage_key, Instant::now()).is_some();
-        entries.records.remove(&storage_key);
+        let mut entries = self.entries(storage_key);
+        let existed = entries.live(storage_key, Instant::now()).is_some();
+        entries.records.remove(storage_key);
         Ok(existed)
     }
 

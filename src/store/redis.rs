@@ -6,9 +6,10 @@
 //! key means every script touches exactly one key, so the same scripts run on Redis Cluster.
 //!
 //! Every operation is one round trip and atomic in Redis:
-//! - `reserve` is a script that returns the value if there is one and otherwise sets the new
-//!   in-flight record with its lease. Doing the read and the write from Rust would let two
-//!   replicas both see "nothing there" and both forward the request.
+//! - `reserve` is `SET key value NX GET PX lease`: it sets the new in-flight record with its
+//!   lease if the key is free, and otherwise answers what is there, in one native command (a
+//!   script doing the same is the fallback for Redis before 7.0). Doing the read and the write
+//!   from Rust would let two replicas both see "nothing there" and both forward the request.
 //! - `renew`, `complete` and `release` are scripts that act only while the value still starts
 //!   with the holder's `FencingToken::in_flight_prefix()`. A holder whose lease ran out, and whose
 //!   key was taken by someone else (or completed), is told `LeaseLost` and writes nothing. They
@@ -29,12 +30,14 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, RedisError};
+use redis::{Client, Cmd, ErrorKind, RedisError, ServerErrorKind};
 
 use super::api::{Fenced, Reservation, Store, StoreError};
 use super::redis_scripts::{Lua, COMPLETE, GET, RELEASE, RENEW, RESERVE};
@@ -64,6 +67,9 @@ pub struct RedisStore<C = ConnectionManager> {
     op_timeout: Duration,
     /// Says which kind of deployment this is in `Debug` output, which leaves the connection out.
     topology: &'static str,
+    /// Whether Redis takes `SET ... NX GET` (7.0 and later); when it refuses the syntax once,
+    /// every replica of this store reserves with the script from then on.
+    native_reserve: Arc<AtomicBool>,
 }
 
 impl RedisStore<ConnectionManager> {
@@ -96,7 +102,15 @@ impl<C: RedisConnection> RedisStore<C> {
             prefix: prefix.to_owned(),
             op_timeout: DEFAULT_OP_TIMEOUT,
             topology,
+            native_reserve: Arc::new(AtomicBool::new(true)),
         }
+    }
+
+    /// Reserves with the script even where Redis takes `SET ... NX GET`, as on Redis before 7.0.
+    #[doc(hidden)]
+    pub fn reserving_by_script(self) -> Self {
+        self.native_reserve.store(false, Ordering::Relaxed);
+        self
     }
 
     /// Bounds every operation, including any wait for a reconnect (default 2s).
@@ -191,6 +205,26 @@ fn manager_config() -> ConnectionManagerConfig {
         .set_max_delay(Duration::from_secs(1))
 }
 
+/// Reserve-or-read as one native command: `SET key value NX GET PX lease` sets the in-flight
+/// record if the key is free and answers nil, or leaves the key alone and answers what is
+/// there. One round trip, atomic in Redis, and cheaper for Redis than running a script.
+fn set_if_absent(name: &str, encoded: &[u8], lease: &str) -> Cmd {
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(name)
+        .arg(encoded)
+        .arg("NX")
+        .arg("GET")
+        .arg("PX")
+        .arg(lease);
+    cmd
+}
+
+/// Whether Redis refused a command's syntax (before 7.0, `SET` took `NX` and `GET` only apart).
+fn refused_syntax(error: &RedisError) -> bool {
+    error.kind() == ErrorKind::Server(ServerErrorKind::ResponseError)
+        && error.to_string().contains("syntax error")
+}
+
 /// A duration as Redis wants it: whole milliseconds, at least 1.
 fn millis(duration: Duration) -> String {
     duration.as_millis().clamp(1, u64::MAX.into()).to_string()
@@ -226,12 +260,21 @@ impl<C: RedisConnection> Store for RedisStore<C> {
     ) -> Result<Reservation, StoreError> {
         let (token, record) = InFlightRecord::fresh(fingerprint);
         let (encoded, lease) = (record.encode(), millis(lease));
+        let name = self.key(key);
+        let native = set_if_absent(&name, &encoded, &lease);
         let args: [&[u8]; 2] = [&encoded, lease.as_bytes()];
-        let call = RESERVE.on(self.key(key), &args);
-        let existing: Option<Vec<u8>> = match self
-            .run(|mut conn| async move { call.run(&mut conn).await })
-            .await
-        {
+        let script = RESERVE.on(name, &args);
+        let supported = &self.native_reserve;
+        let reserve = |mut conn: C| async move {
+            if supported.load(Ordering::Relaxed) {
+                match native.query_async(&mut conn).await {
+                    Err(e) if refused_syntax(&e) => supported.store(false, Ordering::Relaxed),
+                    answer => return answer,
+                }
+            }
+            script.run(&mut conn).await
+        };
+        let existing: Option<Vec<u8>> = match self.run(reserve).await {
             Ok(existing) => existing,
             Err(e) => {
                 self.abandon(key, token);

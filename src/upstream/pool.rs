@@ -117,10 +117,28 @@ fn poll_once<T>(f: impl FnOnce(&mut Context<'_>) -> T) -> T {
     }
 }
 
-/// The idle connections to one upstream.
+/// The idle connections to one upstream, kept by the thread that last used each.
+///
+/// A connection's socket belongs to the runtime that opened it; with one runtime per core, a
+/// connection handed to another core's task would be driven, slowly, by a runtime that is not
+/// polling it. So each thread takes connections only from its own list (one list per thread,
+/// up to [`LISTS`]), which also keeps threads off each other's lock.
 pub(super) struct Pool {
     settings: PoolSettings,
-    idle: Mutex<IdleList>,
+    idle: Box<[Mutex<IdleList>]>,
+}
+
+/// How many idle lists a pool keeps; threads beyond this many share them.
+const LISTS: usize = 8;
+
+/// This thread's idle list in every pool, picked once per thread.
+fn list_of_this_thread() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static LIST: usize = NEXT.fetch_add(1, Ordering::Relaxed) % LISTS;
+    }
+    LIST.with(|list| *list)
 }
 
 #[derive(Default)]
@@ -140,7 +158,7 @@ impl Pool {
     pub(super) fn new(settings: PoolSettings) -> Arc<Self> {
         Arc::new(Self {
             settings,
-            idle: Mutex::default(),
+            idle: (0..LISTS).map(|_| Mutex::default()).collect(),
         })
     }
 
@@ -157,7 +175,7 @@ impl Pool {
 
     fn pop_newest(&self) -> Option<PooledConnection> {
         let now = Instant::now();
-        let mut list = self.lock();
+        let mut list = self.lock(list_of_this_thread());
         let newest = list.connections.pop_back()?;
         if now.saturating_duration_since(newest.since) < self.settings.idle_timeout {
             return Some(newest.connection);
@@ -174,7 +192,7 @@ impl Pool {
         if self.settings.max_idle == 0 || !connection.is_idle() {
             return;
         }
-        let mut list = self.lock();
+        let mut list = self.lock(list_of_this_thread());
         let evicted = (list.connections.len() >= self.settings.max_idle)
             .then(|| list.connections.pop_front());
         list.connections.push_back(Idle {
@@ -185,35 +203,37 @@ impl Pool {
         drop(list);
         drop(evicted);
         if start_sweeping {
-            self.start_sweeper();
+            self.start_sweeper(list_of_this_thread());
         }
     }
 
     /// How many connections are idle here now, expired ones included.
     pub(super) fn idle_count(&self) -> usize {
-        self.lock().connections.len()
+        (0..LISTS).map(|n| self.lock(n).connections.len()).sum()
     }
 
-    fn lock(&self) -> MutexGuard<'_, IdleList> {
+    fn lock(&self, list: usize) -> MutexGuard<'_, IdleList> {
         // Nothing panics while the list is held, so a poisoned one is still whole.
-        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+        self.idle[list]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn start_sweeper(self: &Arc<Self>) {
+    fn start_sweeper(self: &Arc<Self>, list: usize) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.lock().sweeping = false;
+            self.lock(list).sweeping = false;
             return;
         };
         let pool = Arc::downgrade(self);
-        runtime.spawn(sweep_until_empty(pool, self.settings.idle_timeout));
+        runtime.spawn(sweep_until_empty(pool, list, self.settings.idle_timeout));
     }
 
-    /// Closes the connections past their idle time; returns how long until the oldest one left
-    /// expires, or `None`, and stops sweeping, when none is left.
-    fn sweep(&self) -> Option<Duration> {
+    /// Closes the connections of one list past their idle time; returns how long until the
+    /// oldest one left expires, or `None`, and stops sweeping it, when none is left.
+    fn sweep(&self, list: usize) -> Option<Duration> {
         let now = Instant::now();
         let timeout = self.settings.idle_timeout;
-        let mut list = self.lock();
+        let mut list = self.lock(list);
         let expired = list
             .connections
             .iter()
@@ -231,12 +251,12 @@ impl Pool {
     }
 }
 
-async fn sweep_until_empty(pool: Weak<Pool>, first_wait: Duration) {
+async fn sweep_until_empty(pool: Weak<Pool>, list: usize, first_wait: Duration) {
     let mut wait = first_wait;
     loop {
         tokio::time::sleep(wait).await;
         let Some(pool) = pool.upgrade() else { return };
-        match pool.sweep() {
+        match pool.sweep(list) {
             Some(next) => wait = next,
             None => return,
         }

@@ -199,7 +199,7 @@ impl Store for FileStore {
     ) -> Result<Reservation, StoreError> {
         let (token, record) = InFlightRecord::fresh(fingerprint);
         let value = tables::unstamped(&record.encode());
-        let key = key.storage_key();
+        let key = key.storage_key().to_owned();
         match self
             .writer
             .submit(Op::Reserve { key, value, lease })
@@ -217,7 +217,7 @@ impl Store for FileStore {
         token: FencingToken,
         lease: Duration,
     ) -> Result<Fenced, StoreError> {
-        let key = key.storage_key();
+        let key = key.storage_key().to_owned();
         self.fenced(Op::Renew { key, token, lease }).await
     }
 
@@ -228,7 +228,7 @@ impl Store for FileStore {
         ttl: Duration,
     ) -> Result<Fenced, StoreError> {
         let value = tables::unstamped(&Record::Completed(record.clone()).encode());
-        let (key, token) = (key.storage_key(), record.token);
+        let (key, token) = (key.storage_key().to_owned(), record.token);
         self.fenced(Op::Complete {
             key,
             token,
@@ -239,17 +239,17 @@ impl Store for FileStore {
     }
 
     async fn release(&self, key: &ScopedKey, token: FencingToken) -> Result<Fenced, StoreError> {
-        let key = key.storage_key();
+        let key = key.storage_key().to_owned();
         self.fenced(Op::Release { key, token }).await
     }
 
     async fn get(&self, key: &ScopedKey) -> Result<Option<(Record, Duration)>, StoreError> {
-        let key = key.storage_key();
+        let key = key.storage_key().to_owned();
         self.read(move |txn| lookup(&txn, &key)).await
     }
 
     async fn remove(&self, key: &ScopedKey) -> Result<bool, StoreError> {
-        let key = key.storage_key();
+        let key = key.storage_key().to_owned();
         match self.writer.submit(Op::Remove { key }).await? {
             Answer::Removed(existed) => Ok(existed),
             _ => Err(mismatch()),

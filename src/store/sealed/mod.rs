@@ -142,7 +142,7 @@ impl<S: Store + ?Sized> Store for SealedStore<S> {
     ) -> Result<Reservation, StoreError> {
         let hidden = key.with_hashed_key();
         let reservation = self.inner.reserve(&hidden, fingerprint, lease).await?;
-        self.open_reservation(&hidden.storage_key(), reservation)
+        self.open_reservation(hidden.storage_key(), reservation)
     }
 
     async fn renew(
@@ -161,7 +161,7 @@ impl<S: Store + ?Sized> Store for SealedStore<S> {
         ttl: Duration,
     ) -> Result<Fenced, StoreError> {
         let hidden = key.with_hashed_key();
-        let envelope = self.seal(&hidden.storage_key(), record)?;
+        let envelope = self.seal(hidden.storage_key(), record)?;
         self.inner.complete(&hidden, &envelope, ttl).await
     }
 
@@ -173,7 +173,7 @@ impl<S: Store + ?Sized> Store for SealedStore<S> {
         let hidden = key.with_hashed_key();
         match self.inner.get(&hidden).await? {
             Some((Record::Completed(r), left)) => {
-                let opened = self.open(&hidden.storage_key(), &r)?;
+                let opened = self.open(hidden.storage_key(), &r)?;
                 Ok(Some((Record::Completed(opened), left)))
             }
             other => Ok(other),

@@ -133,9 +133,9 @@ async fn a_record_moved_under_another_key_does_not_open() {
     };
     // The envelope as it would be copied byte for byte (token included) under the thief's
     // name: only the associated data tells the two apart.
-    let victim_name = victim.with_hashed_key().storage_key();
+    let victim_name = victim.with_hashed_key().storage_key().to_owned();
     assert!(store.open(&victim_name, &envelope).is_ok());
-    let thief_name = thief.with_hashed_key().storage_key();
+    let thief_name = thief.with_hashed_key().storage_key().to_owned();
     let err = store.open(&thief_name, &envelope).unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
 }

@@ -1,0 +1,126 @@
+//! A randomized fault campaign against the real proxy binary, and a checker that reads every
+//! history it writes. `benches/chaos/run.sh` builds both and runs it; see the README's
+//! "Fault campaign".
+//!
+//! `chaos run` starts the store, an upstream that records every operation it runs, and the
+//! proxies, then lets clients and a nemesis loose on them at once; `chaos check DIR` judges the
+//! histories of a run again (a campaign checks its own at the end).
+// The modules of this program name what they share `pub`; none of it leaves the program.
+#![allow(unreachable_pub)]
+
+mod campaign;
+mod checker;
+mod clients;
+mod history;
+mod http;
+mod nemesis;
+mod process;
+mod proxies;
+mod relay;
+mod rng;
+mod stores;
+mod upstream;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use stores::StoreKind;
+
+#[derive(Parser)]
+#[command(name = "chaos", about = "A fault campaign against idempotency-proxy")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs a campaign, then checks its histories.
+    Run {
+        #[arg(long, value_enum, default_value = "file")]
+        store: StoreKind,
+        /// Proxy processes (the file store takes one only).
+        #[arg(long, default_value_t = 1)]
+        replicas: usize,
+        /// Seconds of faults (the sweep after them takes longer).
+        #[arg(long, default_value_t = 60)]
+        duration: u64,
+        /// Draws the fault schedule and the clients' operations [default: from the clock].
+        #[arg(long)]
+        seed: Option<u64>,
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// Where the histories go.
+        #[arg(long)]
+        dir: PathBuf,
+        /// The proxy binary.
+        #[arg(long, default_value = "target/release/idempotency-proxy")]
+        binary: PathBuf,
+    },
+    /// Checks the histories of an earlier run.
+    Check { dir: PathBuf },
+}
+
+fn main() -> ExitCode {
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    match Cli::parse().command {
+        Command::Check { dir } => check(&dir),
+        Command::Run {
+            store,
+            replicas,
+            duration,
+            seed,
+            clients,
+            dir,
+            binary,
+        } => {
+            if store == StoreKind::File && replicas != 1 {
+                eprintln!("chaos: the file store serves one proxy only (--replicas 1)");
+                return ExitCode::from(2);
+            }
+            let seed = seed.unwrap_or_else(clock_seed);
+            let settings = campaign::Settings {
+                store,
+                replicas: replicas.max(1),
+                duration: Duration::from_secs(duration),
+                seed,
+                clients: clients.max(1),
+                dir: dir.clone(),
+                binary,
+            };
+            println!("chaos: seed {seed} (rerun with --seed {seed})");
+            if let Err(e) = runtime.block_on(campaign::run(&settings)) {
+                eprintln!("chaos: {e}");
+                return ExitCode::from(2);
+            }
+            drop(runtime);
+            check(&dir)
+        }
+    }
+}
+
+fn check(dir: &Path) -> ExitCode {
+    let input = match checker::Input::load(dir) {
+        Ok(input) => input,
+        Err(e) => {
+            eprintln!("chaos: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let tally = checker::check(&input);
+    let last = checker::print(&input, &tally, dir);
+    println!("{last}");
+    if tally.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn clock_seed() -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.map_or(1, |d| d.as_secs())
+}
