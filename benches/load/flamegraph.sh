@@ -16,7 +16,8 @@
 # 8 KiB copy a third of the stacks reach the thread's start, with 32 KiB most do (tokio's
 # futures nest deep). It makes perf.data large (tens of MiB a second) and `perf script` slow
 # (it looks up inlined frames with addr2line): expect a minute or two after the run.
-# BENCH_PROXY_BIN profiles another binary (build it with debug info for names).
+# BENCH_PROXY_BIN profiles another binary (build it with debug info for names). The folded
+# stacks are kept next to the graph (OUT.folded) for benches/load/profile.py.
 set -euo pipefail
 
 if [ "$#" -ne 2 ]; then
@@ -64,4 +65,6 @@ BENCH_DURATION="${BENCH_DURATION:-15}" python3 -B "$here/driver.py" \
 echo "[flamegraph] folding $(du -h "$work/perf.data" | cut -f1) of samples" >&2
 perf script -i "$work/perf.data" 2>/dev/null | inferno-collapse-perf >"$work/folded"
 inferno-flamegraph --title "$case_name under load" <"$work/folded" >"$out"
+# The folded stacks too, next to the graph: benches/load/profile.py reads them.
+cp "$work/folded" "${out%.svg}.folded"
 echo "[flamegraph] $out" >&2

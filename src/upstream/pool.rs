@@ -77,10 +77,30 @@ impl PooledConnection {
         Pin::new(&mut self.connection).poll(cx)
     }
 
-    /// Whether the connection is open and waiting for a request: one poll lets it see the end
-    /// of the last exchange, or a close, and then the sender says whether it takes a request.
-    fn is_idle(&mut self) -> bool {
-        is_idle(&mut self.sender, &mut self.connection)
+    /// Where the exchange on this connection stands, after one poll.
+    fn state(&mut self) -> Exchange {
+        let Self {
+            sender, connection, ..
+        } = self;
+        poll_once(|cx| {
+            if Pin::new(connection).poll(cx).is_ready() {
+                return Exchange::Closed;
+            }
+            match sender.poll_ready(cx) {
+                Poll::Ready(Ok(())) => Exchange::Over,
+                Poll::Ready(Err(_)) => Exchange::Closed,
+                Poll::Pending => Exchange::Sending,
+            }
+        })
+    }
+
+    /// Drives the connection until the request in progress is sent and answered (`true`), or
+    /// the connection ends (`false`).
+    fn poll_sent(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
+        if Pin::new(&mut self.connection).poll(cx).is_ready() {
+            return Poll::Ready(false);
+        }
+        self.sender.poll_ready(cx).map(|ready| ready.is_ok())
     }
 
     /// [`is_idle`](Self::is_idle), with the socket's reads asking the kernel, so a close that
@@ -126,6 +146,20 @@ fn poll_once<T>(f: impl FnOnce(&mut Context<'_>) -> T) -> T {
 pub(super) struct Pool {
     settings: PoolSettings,
     idle: Box<[Mutex<IdleList>]>,
+}
+
+/// How long a connection may take to finish sending a request body the upstream answered
+/// before reading.
+const FINISH_SENDING_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where an exchange stands once its answer has been read.
+enum Exchange {
+    /// Sent and answered: the connection takes the next request.
+    Over,
+    /// The request's body is still being sent.
+    Sending,
+    /// The connection has ended or cannot take another request.
+    Closed,
 }
 
 /// How many idle lists a pool keeps; threads beyond this many share them.
@@ -187,9 +221,35 @@ impl Pool {
         None
     }
 
-    /// Keeps a connection whose exchange has ended, if it is idle and open; else closes it.
+    /// Keeps a connection whose answer has been read, if it is open; else closes it. One still
+    /// sending its request's body (the upstream answered before reading all of it, as nginx's
+    /// `return` and many early errors do) first finishes sending in a task of its own: dropping
+    /// it would cut that body off, and the client connection it comes from could not be used
+    /// again.
     pub(super) fn checkin(self: &Arc<Self>, mut connection: PooledConnection) {
-        if self.settings.max_idle == 0 || !connection.is_idle() {
+        match connection.state() {
+            Exchange::Over => self.keep(connection),
+            Exchange::Sending => self.finish_sending(connection),
+            Exchange::Closed => {}
+        }
+    }
+
+    fn finish_sending(self: &Arc<Self>, mut connection: PooledConnection) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let pool = self.clone();
+        let timeout = FINISH_SENDING_TIMEOUT;
+        runtime.spawn(async move {
+            let sent = std::future::poll_fn(|cx| connection.poll_sent(cx));
+            if let Ok(true) = tokio::time::timeout(timeout, sent).await {
+                pool.keep(connection);
+            }
+        });
+    }
+
+    fn keep(self: &Arc<Self>, connection: PooledConnection) {
+        if self.settings.max_idle == 0 {
             return;
         }
         let mut list = self.lock(list_of_this_thread());
