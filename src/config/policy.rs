@@ -10,6 +10,7 @@ use super::settings::RouteSettings;
 use super::source::Source;
 use super::values::{duration, header, headers, json_pointer, method, optional_header, status};
 use crate::idempotency::policy::{KeySource, Policy};
+use crate::tls::UpstreamTls;
 
 /// What a route inherits from `[defaults]` and may override: the idempotency layer's policy,
 /// and how the proxy serves the route.
@@ -18,6 +19,7 @@ pub(super) struct Inherited {
     pub(super) policy: Policy,
     pub(super) replay_cache_ttl: Duration,
     pub(super) upstream_idle_timeout: Duration,
+    pub(super) upstream_tls: UpstreamTls,
 }
 
 impl Inherited {
@@ -26,6 +28,7 @@ impl Inherited {
             policy,
             replay_cache_ttl: RouteSettings::DEFAULT_REPLAY_CACHE_TTL,
             upstream_idle_timeout: RouteSettings::DEFAULT_UPSTREAM_IDLE_TIMEOUT,
+            upstream_tls: UpstreamTls::default(),
         }
     }
 }
@@ -53,6 +56,7 @@ pub(super) fn apply(
         idle,
         |d| duration(d),
     )?;
+    super::tls::apply(src, &mut inherited.upstream_tls, table)?;
     apply_policy(src, &mut inherited.policy, table)
 }
 
