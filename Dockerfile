@@ -8,6 +8,9 @@ COPY benches ./benches
 RUN cargo build --release --locked --bin idempotency-proxy
 
 FROM debian:bookworm-slim
+# The platform's root certificates, which https:// upstreams are checked against.
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --home-dir /data --shell /usr/sbin/nologin proxy \
     && mkdir -p /data && chown proxy /data
 COPY --from=build /src/target/release/idempotency-proxy /usr/local/bin/idempotency-proxy

@@ -51,6 +51,14 @@ pub(crate) struct Cli {
     )]
     log_format: Option<LogFormat>,
 
+    /// Certificate chain (PEM) for HTTPS on the listener: PATH or file:PATH [default: plain HTTP].
+    #[arg(long, value_name = "PATH", env = "IDEMPOTENCY_PROXY_TLS_CERT")]
+    tls_cert: Option<String>,
+
+    /// Private key (PEM: PKCS#8, RSA or EC) of the --tls-cert certificate: PATH or file:PATH.
+    #[arg(long, value_name = "PATH", env = "IDEMPOTENCY_PROXY_TLS_KEY")]
+    tls_key: Option<String>,
+
     /// Validate the configuration, print the effective config, and exit (0 if valid, else 2).
     #[arg(long)]
     check: bool,
@@ -66,6 +74,8 @@ impl Cli {
             store: self.store.clone(),
             admin_listen: self.admin_listen.clone(),
             log_format: self.log_format,
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
         }
     }
 }
@@ -93,7 +103,11 @@ pub fn run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(proxy::serve(settings, server::shutdown_signal())) {
+    match runtime.block_on(proxy::serve(
+        settings,
+        cli.overrides(),
+        server::shutdown_signal(),
+    )) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("idempotency-proxy: {e}");

@@ -78,6 +78,10 @@ pub enum ProxyError {
     /// A signed-webhook route got a delivery without a valid signature.
     #[error("the webhook signature was refused: {0}")]
     BadSignature(&'static str),
+    /// On the admin listener: a reload refused, with the one line saying why (file, line,
+    /// key); the running config stays.
+    #[error("{0}")]
+    BadConfig(String),
 }
 
 /// What a problem is called: its status, its type (appended to the problem base) and title.
@@ -143,6 +147,7 @@ impl ProxyError {
                 "bad-signature",
                 "Webhook signature invalid",
             ),
+            Self::BadConfig(_) => meta(S::BAD_REQUEST, "bad-config", "Configuration refused"),
         }
     }
 
@@ -288,6 +293,7 @@ mod tests {
             ProxyError::UnreadableBody,
             ProxyError::BadRequest("x"),
             ProxyError::BadSignature("x"),
+            ProxyError::BadConfig("x".into()),
         ];
         let kinds: std::collections::HashSet<_> =
             all.iter().map(super::ProxyError::problem_type).collect();

@@ -31,6 +31,7 @@ mod server;
 mod status;
 pub mod store;
 mod telemetry;
+mod tls;
 pub mod units;
 mod upstream;
 
@@ -39,7 +40,7 @@ pub use error::{BoxError, ProxyError};
 pub use idempotency::{IdempotencyLayer, IdempotencyService, Policy};
 pub use metric_catalog::{Metric, MetricKind, METRICS};
 pub use problem::{ProblemBase, ProblemLayer, ProblemService};
-pub use proxy::{Proxy, StartError};
+pub use proxy::{Proxy, ReloadState, StartError};
 pub use secret::Secret;
 pub use status::{config_digest, InboxQueues, InboxStats, Status};
 pub use store::{Store, StoreError};

@@ -3,8 +3,8 @@
 //! renamed or forgotten metric fails a test instead of leaving a panel empty.
 
 use crate::telemetry::{
-    FAIL_OPEN_TOTAL, IN_FLIGHT, REQUESTS_TOTAL, STORE_SECONDS, STORE_UNAVAILABLE_TOTAL,
-    UPSTREAM_SECONDS,
+    CONFIG_RELOADS_TOTAL, FAIL_OPEN_TOTAL, IN_FLIGHT, REQUESTS_TOTAL, STORE_SECONDS,
+    STORE_UNAVAILABLE_TOTAL, UPSTREAM_SECONDS,
 };
 
 /// What kind of series a metric is, as Prometheus names it.
@@ -115,7 +115,7 @@ pub const METRICS: &[Metric] = &[
         "Inbox delivery attempt latency",
     ),
     metric(
-        "idempotency_config_reloads_total",
+        CONFIG_RELOADS_TOTAL,
         MetricKind::Counter,
         &["result"],
         "Config reloads by result: ok, error",

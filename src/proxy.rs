@@ -1,38 +1,34 @@
-//! Assembling the proxy from its settings, and running it until shutdown.
+//! Assembling the proxy from its settings, running it until shutdown, and reloading its config
+//! while it runs.
 //!
-//! Each route gets its own stack, outermost first:
-//! - the router picks the route (longest prefix, host), so the layer below sees only its own
-//!   route's requests and applies that route's policy;
-//! - the idempotency layer admits, reserves, replays or refuses before anything is sent,
-//!   so a duplicate never costs an upstream connection;
-//! - the forwarding client is innermost, so what the layer stores is exactly what the
-//!   upstream said, and "never sent" can be told from "sent, then lost".
-//!
-//! Under every route's layer, the store is wrapped, outermost first, by the replay cache (so a
-//! replay costs no round trip and no decryption) and by the sealing decorator when records are
-//! encrypted at rest.
+//! What one config makes (the routes and their stacks, what the admin endpoints read) is a
+//! generation (`generation.rs`); a reload (`reload.rs`) builds the next one and swaps it in
+//! whole, while what must outlive it (the store, the replay cache, the first requests still
+//! running, the status page's record, the listener's TLS session keys) stays.
+
+mod generation;
+mod reload;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use tokio_util::task::TaskTracker;
-use tower::Layer;
 
-use crate::admin;
-use crate::config::{RouteSettings, Settings};
-use crate::idempotency::{IdempotencyLayer, Policy};
+use crate::admin::{self, AdminView, Reload};
+use crate::config::{ConfigError, Overrides, Settings};
 use crate::metric_catalog;
-use crate::problem::ProblemLayer;
-use crate::router::{Route, Router};
-use crate::secret::Secret;
-use crate::server::{self, App};
+use crate::server::{self, LiveApp};
 use crate::status::Status;
-use crate::store::{self, CachingStore, ReplayCache, SealedStore, Store, StoreError};
-use crate::upstream::{PoolSettings, Upstream};
+use crate::store::{self, Store, StoreError};
+use crate::tls::TlsListener;
+use generation::Kept;
+pub use reload::ReloadState;
+use reload::Reloads;
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -50,22 +46,25 @@ pub enum StartError {
     },
 }
 
-/// The whole proxy, built once from its settings: routes, store, admin endpoints.
+/// The whole proxy: routes, store, admin endpoints, built from its settings and rebuilt from
+/// the config file by [`reload`](Self::reload). Clones share everything.
 #[derive(Clone)]
 pub struct Proxy {
-    app: App,
-    /// The store with the replay cache in front, so an operator's `DELETE` drops the local copy.
-    store: Arc<dyn Store>,
-    policies: Vec<Arc<Policy>>,
-    /// The first requests running upstream, across all routes.
-    executions: TaskTracker,
-    admin_token: Option<Secret>,
-    drain_timeout: Duration,
-    status: Arc<Status>,
+    inner: Arc<Inner>,
 }
 
-/// The bytes of completed records a proxy keeps in memory for replays.
-const REPLAY_CACHE_BUDGET: usize = 8 * 1024 * 1024;
+struct Inner {
+    kept: Kept,
+    /// What the server serves.
+    live: Arc<LiveApp>,
+    /// What the admin endpoints read.
+    admin: Arc<ArcSwap<AdminView>>,
+    /// The listener's handshakes, when it speaks HTTPS.
+    tls: Option<Arc<TlsListener>>,
+    reloads: Reloads,
+    /// What the status page reports; it outlives every reload, and hears of each.
+    status: Arc<Status>,
+}
 
 impl Proxy {
     /// Builds the routes over an already opened store, sealing its records when the settings
@@ -73,52 +72,21 @@ impl Proxy {
     pub fn with_store(settings: &Settings, store: Arc<dyn Store>) -> Self {
         // Routes register their metrics as they are built: the recorder must be there first.
         admin::metrics_handle();
-        let store = match &settings.encryption {
-            Some(keys) => Arc::new(SealedStore::new(store, keys.clone())),
-            None => store,
-        };
-        let cache = Arc::new(ReplayCache::new(REPLAY_CACHE_BUDGET));
-        let executions = TaskTracker::new();
-        let routes = settings.routes.iter().map(|route| {
-            let store = cached(&store, &cache, route);
-            let layer = IdempotencyLayer::with_task_tracker(
-                store,
-                route.policy.clone(),
-                executions.clone(),
-            );
-            let pool = PoolSettings {
-                idle_timeout: route.upstream_idle_timeout,
-                ..PoolSettings::default()
-            };
-            Route {
-                path_prefix: route.path_prefix.clone(),
-                host: route.host.clone(),
-                service: layer.layer(Upstream::new(route.upstream.clone(), pool)),
-            }
-        });
-        let app = App {
-            router: Router::new(routes.collect()),
-            problems: ProblemLayer::new(settings.problem_base.clone()),
-            limits: settings.limits,
-        };
-        let admin_store = Arc::new(CachingStore::new(
-            store,
-            cache,
-            Duration::ZERO,
-            Duration::ZERO,
-        ));
-        Self {
-            app,
-            store: admin_store,
-            policies: settings
-                .routes
-                .iter()
-                .map(|r| Arc::new(r.policy.clone()))
-                .collect(),
-            executions,
-            admin_token: settings.admin_token.clone(),
-            drain_timeout: settings.drain_timeout,
+        let kept = Kept::new(store);
+        let generation = generation::build(settings, &kept);
+        let inner = Inner {
+            live: LiveApp::new(generation.app),
+            admin: Arc::new(ArcSwap::from_pointee(generation.admin)),
+            tls: settings
+                .tls
+                .as_ref()
+                .map(|tls| Arc::new(TlsListener::new(tls))),
+            reloads: Reloads::new(settings),
             status: Arc::new(Status::new(settings)),
+            kept,
+        };
+        Self {
+            inner: Arc::new(inner),
         }
     }
 
@@ -128,24 +96,66 @@ impl Proxy {
         Ok(Self::with_store(settings, store))
     }
 
-    /// The admin endpoints (health, readiness, metrics, records), to serve on a listener of
-    /// their own.
+    /// Where [`reload`](Self::reload) reads the config: the command line (and environment) the
+    /// settings were loaded from, naming the file. Until this is called a reload reads no file
+    /// and no flags, which leaves a proxy with no upstream and is refused.
+    pub fn reload_from(self, overrides: Overrides) -> Self {
+        self.inner.reloads.set_source(overrides);
+        self
+    }
+
+    /// Reads the config again (SPEC section 10) and, if it is valid and changes nothing that
+    /// only a restart can change, serves every request that arrives from now on with it:
+    /// routes, policies, limits, secrets, keys and certificates. Requests in flight finish
+    /// under the config they started with, and no connection is dropped. Returns the new
+    /// config's digest, or why the running config stays.
+    pub fn reload(&self) -> Result<String, ConfigError> {
+        let inner = &self.inner;
+        let outcome = inner.reloads.reload(|settings| {
+            let generation = generation::build(settings, &inner.kept);
+            inner.live.replace(generation.app);
+            inner.admin.store(Arc::new(generation.admin));
+            if let (Some(listener), Some(pair)) = (&inner.tls, &settings.tls) {
+                listener.replace(pair);
+            }
+            inner.status.reload_applied(settings);
+        });
+        if outcome.is_err() {
+            inner.status.reload_refused();
+        }
+        outcome
+    }
+
+    /// The running config's digest, and when the last reload was asked for and how it went.
+    pub fn reload_state(&self) -> ReloadState {
+        self.inner.reloads.state()
+    }
+
+    /// The admin endpoints (health, readiness, metrics, records, reload), to serve on a
+    /// listener of their own.
     pub fn admin(&self) -> axum::Router {
-        let records = admin::Records {
-            store: self.store.clone(),
-            policies: self.policies.clone(),
-            status: self.status.clone(),
-        };
-        admin::router(records, self.admin_token.clone())
+        let status = self.inner.status.clone();
+        admin::router(self.inner.admin.clone(), Arc::new(self.clone()), status)
     }
 
-    /// What the admin status page reports; tell it when a new config is applied or refused.
+    /// What the admin status page reports. [`reload`](Self::reload) tells it when a new config
+    /// is applied or refused.
     pub fn status(&self) -> &Arc<Status> {
-        &self.status
+        &self.inner.status
     }
 
-    /// Serves clients on `listener` until `shutdown` resolves, then drains: open connections,
-    /// then operations whose clients have gone, within one `drain_timeout`.
+    /// A reload reads files and parses certificates: blocking work, kept off the workers that
+    /// serve requests.
+    async fn reload_off_the_runtime(self) -> Result<String, ConfigError> {
+        match tokio::task::spawn_blocking(move || self.reload()).await {
+            Ok(outcome) => outcome,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+
+    /// Serves clients on `listener` (HTTPS only, when the settings name a certificate) until
+    /// `shutdown` resolves, then drains: open connections, then operations whose clients have
+    /// gone, within one `drain_timeout` (the running config's, at the time of the drain).
     pub async fn serve(&self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
         let requested = Arc::new(OnceLock::new());
         let noted = requested.clone();
@@ -153,10 +163,12 @@ impl Proxy {
             shutdown.await;
             let _ = noted.set(Instant::now());
         };
-        server::run(listener, self.app.clone(), shutdown, self.drain_timeout).await;
+        let (live, tls) = (self.inner.live.clone(), self.inner.tls.clone());
+        let drain_timeout = || self.inner.reloads.running().drain_timeout;
+        server::run(listener, live, tls, shutdown, drain_timeout).await;
         let spent = requested.get().map_or(Duration::ZERO, Instant::elapsed);
         let left = self
-            .finish_executions(self.drain_timeout.saturating_sub(spent))
+            .finish_executions(drain_timeout().saturating_sub(spent))
             .await;
         if left > 0 {
             tracing::warn!(left, "drain timed out with operations still running; their keys free when their leases run out");
@@ -166,26 +178,17 @@ impl Proxy {
     /// Waits, at most `limit`, for first requests still running upstream to record their
     /// outcomes, including those whose clients have gone. Returns how many were left.
     async fn finish_executions(&self, limit: Duration) -> usize {
-        self.executions.close();
-        let _ = tokio::time::timeout(limit, self.executions.wait()).await;
-        self.executions.len()
+        let executions = &self.inner.kept.executions;
+        executions.close();
+        let _ = tokio::time::timeout(limit, executions.wait()).await;
+        executions.len()
     }
 }
 
-/// A route's view of the store: replays from the shared cache for the route's
-/// `replay_cache_ttl`.
-fn cached(
-    store: &Arc<dyn Store>,
-    cache: &Arc<ReplayCache>,
-    route: &RouteSettings,
-) -> Arc<dyn Store> {
-    let (fresh_for, record_ttl) = (route.replay_cache_ttl, route.policy.ttl);
-    Arc::new(CachingStore::new(
-        store.clone(),
-        cache.clone(),
-        fresh_for,
-        record_ttl,
-    ))
+impl Reload for Proxy {
+    fn reload(&self) -> Pin<Box<dyn Future<Output = Result<String, ConfigError>> + Send>> {
+        Box::pin(self.clone().reload_off_the_runtime())
+    }
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
@@ -196,22 +199,59 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
 
 /// Runs the proxy the settings describe (and its admin listener, if set) until `shutdown`
 /// resolves, then drains.
+/// `overrides` are what the settings were loaded from, for reloads; SIGHUP reloads.
 pub(crate) async fn serve(
     settings: Settings,
+    overrides: Overrides,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
     metric_catalog::describe_metrics();
-    let proxy = Proxy::open(&settings).await?;
+    let proxy = Proxy::open(&settings).await?.reload_from(overrides);
+    // Before the listener is bound: from then on a SIGHUP must reload, never end the process.
+    let hangups = reload_on_hangup(&proxy);
     let listener = bind(settings.listen).await?;
     let admin = match settings.admin_listen {
         Some(addr) => Some(spawn_admin(&proxy, addr).await?),
         None => None,
     };
-    tracing::info!(listen = %settings.listen, store = %settings.store, routes = settings.routes.len(), "proxy listening");
+    let scheme = if settings.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    tracing::info!(listen = %settings.listen, scheme, store = %settings.store, routes = settings.routes.len(), "proxy listening");
     proxy.serve(listener, shutdown).await;
     drop(admin);
+    hangups.abort();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Reloads the config on every SIGHUP, one at a time.
+#[cfg(unix)]
+fn reload_on_hangup(proxy: &Proxy) -> tokio::task::JoinHandle<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let proxy = proxy.clone();
+    let hangups = signal(SignalKind::hangup());
+    tokio::spawn(async move {
+        let mut hangups = match hangups {
+            Ok(hangups) => hangups,
+            Err(e) => {
+                return tracing::warn!(error = %e, "SIGHUP cannot be caught; reload with POST /reload")
+            }
+        };
+        while hangups.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the config");
+            // The outcome is logged and counted by the reload itself.
+            let _ = proxy.clone().reload_off_the_runtime().await;
+        }
+    })
+}
+
+/// Without SIGHUP, `POST /reload` is the way to reload.
+#[cfg(not(unix))]
+fn reload_on_hangup(_: &Proxy) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async {})
 }
 
 /// Serves the admin endpoints on `addr` until the returned sender is dropped. They stay up

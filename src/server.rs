@@ -1,15 +1,22 @@
-//! Accepting connections: HTTP/1.1 and h2c on one listener within the configured [`Limits`],
-//! ambiguously framed requests refused, and a graceful drain on shutdown.
+//! Accepting connections: HTTP/1.1 and h2c on one listener (or, with a certificate, HTTPS
+//! only, HTTP/1.1 or h2 by ALPN) within the configured [`Limits`], ambiguously framed requests
+//! refused, and a graceful drain on shutdown.
 //!
 //! Each connection's requests go through, outermost first:
-//! - [`ProblemLayer`], so every answer the proxy makes itself, wherever below it is made, is
+//! - [`ProblemLayer`](crate::ProblemLayer), so every answer the proxy makes itself, wherever below it is made, is
 //!   rendered once, with the configured problem base;
 //! - the connection's own guard ([`PerConnection`]): it tags each request with the client's
-//!   address and refuses an ambiguously framed one before anything routes or reads it;
+//!   address (and whether it came over TLS) and refuses an ambiguously framed one before
+//!   anything routes or reads it;
 //! - the [`Router`], which hands the request to its route's stack.
+//!
+//! The app those come from is the one in force when the request arrives ([`LiveApp`]): a reload
+//! reaches open connections at their next request.
 
 mod closing;
+mod live;
 mod opening;
+mod slots;
 mod streams;
 
 use std::convert::Infallible;
@@ -26,8 +33,8 @@ use hyper::body::Incoming;
 use hyper::Request;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -36,43 +43,38 @@ use tower::{Layer, Service};
 use crate::config::Limits;
 use crate::error::ProxyError;
 use crate::framing::{self, FramingGuard, Verdicts};
-use crate::problem::{ProblemLayer, ProblemService};
 use crate::router::{Router, RouterFuture};
-use crate::upstream::ClientAddr;
+use crate::tls::TlsListener;
+use crate::upstream::{ClientAddr, ClientTls};
 use closing::{Closing, IdleLimit};
+pub(crate) use live::{App, LiveApp};
 use opening::{opening, Protocol};
+use slots::{Slot, Slots};
 use streams::{CountedBody, OpenStreams};
 
-/// What the server serves: the routes, how problems are rendered, what a client may cost.
-#[derive(Debug, Clone)]
-pub(crate) struct App {
-    pub(crate) router: Router,
-    pub(crate) problems: ProblemLayer,
-    pub(crate) limits: Limits,
-}
-
-/// Serves `app` on `listener` until `shutdown` resolves, then stops accepting and lets the
-/// open connections finish, for at most `drain_timeout`.
+/// Serves the app in force on `listener` (HTTPS only when `tls` is given) until `shutdown`
+/// resolves, then stops accepting and lets the open connections finish, for at most
+/// `drain_timeout` (asked for then, as a reload may have changed it).
 pub(crate) async fn run(
     listener: TcpListener,
-    app: App,
+    live: Arc<LiveApp>,
+    tls: Option<Arc<TlsListener>>,
     shutdown: impl Future<Output = ()>,
-    drain_timeout: Duration,
+    drain_timeout: impl FnOnce() -> Duration,
 ) {
-    let limits = app.limits;
-    let serving = Serving {
-        builder: builder(&limits),
-        app,
+    let limits = live.current().limits;
+    let mut serving = Serving {
+        builder: (limits, builder(&limits)),
+        live,
+        tls,
         draining: CancellationToken::new(),
         connections: TaskTracker::new(),
     };
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let slots = Arc::new(Slots::default());
     tokio::pin!(shutdown);
     loop {
-        // Waiting for a slot before accepting leaves further clients in the listen backlog,
-        // where they cost nothing, instead of accepting and dropping them.
         let slot = tokio::select! {
-            slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+            slot = slots.acquire(&serving.live) => slot,
             () = &mut shutdown => break,
         };
         let accepted = tokio::select! {
@@ -80,12 +82,7 @@ pub(crate) async fn run(
             () = &mut shutdown => break,
         };
         match accepted {
-            Ok((stream, peer)) => serving.spawn(Connection {
-                stream,
-                peer,
-                slot,
-                limits,
-            }),
+            Ok((stream, peer)) => serving.spawn(stream, peer, slot),
             // Running out of file descriptors must not spin the loop.
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
@@ -94,24 +91,38 @@ pub(crate) async fn run(
         }
     }
     drop(listener);
-    serving.drain(drain_timeout).await;
+    serving.drain(drain_timeout()).await;
 }
 
 /// What every accepted connection is served with, and the connections being served.
 struct Serving {
-    builder: auto::Builder<TokioExecutor>,
-    app: App,
+    /// The connection builder for the limits in force, rebuilt when a reload changes them.
+    builder: (Limits, auto::Builder<TokioExecutor>),
+    live: Arc<LiveApp>,
+    tls: Option<Arc<TlsListener>>,
     draining: CancellationToken,
     connections: TaskTracker,
 }
 
 impl Serving {
-    fn spawn(&self, connection: Connection) {
-        let served = serve_connection(
-            self.builder.clone(),
+    fn spawn(&mut self, stream: TcpStream, peer: SocketAddr, slot: Slot) {
+        let limits = self.live.current().limits;
+        if self.builder.0 != limits {
+            self.builder = (limits, builder(&limits));
+        }
+        let connection = Connection {
+            peer,
+            slot,
+            limits,
+            live: self.live.clone(),
+        };
+        let builder = self.builder.1.clone();
+        let served = serve(
+            builder,
             self.draining.clone(),
+            stream,
             connection,
-            &self.app,
+            self.tls.clone(),
         );
         self.connections.spawn(served);
     }
@@ -159,59 +170,125 @@ fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     builder
 }
 
-/// An accepted client and the connection slot it holds until it is gone.
+/// An accepted client, the connection slot it holds until it is gone, and the limits in force
+/// when it was accepted.
 struct Connection {
-    stream: TcpStream,
     peer: SocketAddr,
-    slot: OwnedSemaphorePermit,
+    slot: Slot,
     limits: Limits,
+    live: Arc<LiveApp>,
 }
 
-/// Serves one accepted client until it is gone (or dropped), then frees its slot.
-fn serve_connection(
-    builder: auto::Builder<TokioExecutor>,
-    draining: CancellationToken,
-    connection: Connection,
-    app: &App,
-) -> impl Future<Output = ()> + Send + 'static {
-    let guard = PerConnection {
-        router: app.router.clone(),
-        peer: connection.peer,
-        verdicts: Verdicts::new(),
-    };
-    let service = app.problems.layer(guard);
-    serve(builder, draining, connection, service)
-}
-
+/// Serves one accepted client until it is gone (or dropped), then frees its slot. The TLS
+/// handshake runs here, in the connection's own task, never in the accept loop.
 async fn serve(
     builder: auto::Builder<TokioExecutor>,
     draining: CancellationToken,
+    stream: TcpStream,
     connection: Connection,
-    service: ProblemService<PerConnection>,
+    tls: Option<Arc<TlsListener>>,
 ) {
-    let Connection {
-        stream,
-        peer,
-        slot: _slot,
-        limits,
-    } = connection;
     let accepted = Instant::now();
     let _ = stream.set_nodelay(true);
-    let Some(protocol) = opening(&stream, limits.header_read_timeout).await else {
+    let timeout = connection.limits.header_read_timeout;
+    if let Some(tls) = tls {
+        let Some(handshake) = tls.accept(stream, timeout).await else {
+            return;
+        };
+        // The protocol is the one agreed by ALPN; a client that offered none speaks HTTP/1.1.
+        let protocol = if handshake.http2 {
+            Protocol::Http2
+        } else {
+            Protocol::Http1
+        };
+        let opened = Opened::new(protocol, true, accepted);
+        return drive(builder, draining, connection, handshake.stream, opened).await;
+    }
+    let Some(protocol) = opening(&stream, timeout).await else {
+        let peer = connection.peer;
         tracing::debug!(%peer, "no request within the header read time-out");
         return;
     };
-    let verdicts = service.get_ref().verdicts.clone();
-    let streams = (protocol == Protocol::Http2).then(OpenStreams::new);
-    let idle = streams.as_ref().map(|streams| IdleLimit {
-        streams: streams.watch(),
-        timeout: limits.header_read_timeout,
-        since: accepted,
-    });
-    let closing = Closing { draining, idle };
-    let service = connection_service(service, streams);
-    let io = FramingGuard::new(stream, limits.max_header_bytes.as_usize(), verdicts);
+    drive(
+        builder,
+        draining,
+        connection,
+        stream,
+        Opened::new(protocol, false, accepted),
+    )
+    .await;
+}
+
+/// How a connection opened: the protocol its client speaks, over TLS or not, and when.
+struct Opened {
+    protocol: Protocol,
+    tls: bool,
+    accepted: Instant,
+}
+
+impl Opened {
+    fn new(protocol: Protocol, tls: bool, accepted: Instant) -> Self {
+        Self {
+            protocol,
+            tls,
+            accepted,
+        }
+    }
+
+    /// The builder serving this protocol only, as it is known already.
+    fn only(&self, builder: auto::Builder<TokioExecutor>) -> auto::Builder<TokioExecutor> {
+        match self.protocol {
+            Protocol::Http1 => builder.http1_only(),
+            Protocol::Http2 => builder.http2_only(),
+        }
+    }
+
+    /// For HTTP/2, how long the connection may go without a request in progress.
+    fn idle_limit(&self, streams: Option<&OpenStreams>, timeout: Duration) -> Option<IdleLimit> {
+        streams.map(|streams| IdleLimit {
+            streams: streams.watch(),
+            timeout,
+            since: self.accepted,
+        })
+    }
+}
+
+/// Serves the requests of a connection whose protocol is known, over `io` (the TCP stream, or
+/// the TLS stream over it), until it ends or is closed.
+async fn drive<IO>(
+    builder: auto::Builder<TokioExecutor>,
+    draining: CancellationToken,
+    connection: Connection,
+    io: IO,
+    opened: Opened,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    // The slot is held until the connection is gone.
+    let Connection {
+        peer,
+        slot: _slot,
+        limits,
+        live,
+    } = connection;
+    let verdicts = Verdicts::new();
+    let streams = (opened.protocol == Protocol::Http2).then(OpenStreams::new);
+    let idle = opened.idle_limit(streams.as_ref(), limits.header_read_timeout);
+    let (addr, tls) = (peer, opened.tls);
+    let service = connection_service(
+        live,
+        Peer {
+            addr,
+            verdicts: verdicts.clone(),
+            tls,
+        },
+        streams,
+    );
+    // The framing guard reads the plain bytes, above TLS, where request heads are.
+    let io = FramingGuard::new(io, limits.max_header_bytes.as_usize(), verdicts);
+    let builder = opened.only(builder);
     let connection = pin!(builder.serve_connection(TokioIo::new(io), service));
+    let closing = Closing { draining, idle };
     if let Some(Err(e)) =
         closing::drive(connection, auto::Connection::graceful_shutdown, closing).await
     {
@@ -219,10 +296,12 @@ async fn serve(
     }
 }
 
-/// What serves one connection's requests: the app's stack, with HTTP/2 streams counted until
-/// their answers are sent, so an idle connection can be told from a busy one.
+/// What serves one connection's requests: the stack of the app in force when each arrives,
+/// with HTTP/2 streams counted until their answers are sent, so an idle connection can be told
+/// from a busy one.
 fn connection_service(
-    service: ProblemService<PerConnection>,
+    live: Arc<LiveApp>,
+    peer: Peer,
     streams: Option<OpenStreams>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
@@ -233,7 +312,12 @@ fn connection_service(
        + 'static {
     hyper::service::service_fn(move |request: Request<Incoming>| {
         let stream = streams.as_ref().map(OpenStreams::open);
-        let answer = service.clone().call(request);
+        let app = live.load();
+        let guard = PerConnection {
+            router: app.router.clone(),
+            peer: peer.clone(),
+        };
+        let answer = app.problems.layer(guard).call(request);
         async move {
             let response = answer.await?;
             Ok(response.map(|body| CountedBody::new(body, stream)))
@@ -246,8 +330,15 @@ fn connection_service(
 #[derive(Clone)]
 pub(crate) struct PerConnection {
     router: Router,
-    peer: SocketAddr,
+    peer: Peer,
+}
+
+/// Who is at the other end of a connection, and what its bytes showed: what its requests share.
+#[derive(Clone)]
+struct Peer {
+    addr: SocketAddr,
     verdicts: Arc<Verdicts>,
+    tls: bool,
 }
 
 impl Service<Request<Incoming>> for PerConnection {
@@ -260,13 +351,17 @@ impl Service<Request<Incoming>> for PerConnection {
     }
 
     fn call(&mut self, mut request: Request<Incoming>) -> RouterFuture {
-        request.extensions_mut().insert(ClientAddr(self.peer));
-        let refusal = self
+        let peer = &self.peer;
+        request.extensions_mut().insert(ClientAddr(peer.addr));
+        if peer.tls {
+            request.extensions_mut().insert(ClientTls);
+        }
+        let refusal = peer
             .verdicts
             .next_request()
             .or_else(|| framing::check_headers(request.headers()).err());
         match refusal {
-            Some(reason) => RouterFuture::answered(refuse(reason, request.version(), self.peer)),
+            Some(reason) => RouterFuture::answered(refuse(reason, request.version(), peer.addr)),
             None => self.router.call(request),
         }
     }

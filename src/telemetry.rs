@@ -27,6 +27,8 @@ pub(crate) const IN_FLIGHT: &str = "idempotency_in_flight";
 pub(crate) const FAIL_OPEN_TOTAL: &str = "idempotency_fail_open_total";
 /// Requests answered `503 store-unavailable` (`fail_closed`), by route.
 pub(crate) const STORE_UNAVAILABLE_TOTAL: &str = "idempotency_store_unavailable_total";
+/// Config reloads by `result`: `ok` (applied) or `error` (refused; the running config stays).
+pub(crate) const CONFIG_RELOADS_TOTAL: &str = "idempotency_config_reloads_total";
 
 /// One route's metric handles, registered once when the route is built, so the request path
 /// does no registry look-ups. Build it after installing the metrics recorder.

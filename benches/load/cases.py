@@ -63,6 +63,8 @@ class Load:
 
 
 PLAIN, KEYED, REPLAY = Load("plain"), Load("keyed"), Load("replay")
+# wrk reconnects after every answer and keeps no TLS session: one full handshake per request.
+HANDSHAKES = Load("plain", headers=("Connection: close",))
 
 
 @dataclass
@@ -110,6 +112,14 @@ def all_cases(redis_url):
              (throughput(1.3), small)),
         Case("ours-replay-file", "ours replay, file", Proxy(file), REPLAY,
              (throughput(1.3), small)),
+        # TLS on the listener, against nginx terminating TLS with the same certificate.
+        Case("nginx-tls", "nginx TLS pass-through", Nginx("tls.nginx.conf", tls=True)),
+        Case("ours-tls", "ours TLS pass-through (no key)", Proxy(memory, tls=True), PLAIN,
+             reference="nginx-tls"),
+        Case("nginx-tls-handshake", "nginx TLS, a handshake per request",
+             Nginx("tls.nginx.conf", tls=True), HANDSHAKES),
+        Case("ours-tls-handshake", "ours TLS, a handshake per request",
+             Proxy(memory, tls=True), HANDSHAKES, reference="nginx-tls-handshake"),
     ]
 
 
@@ -135,5 +145,7 @@ def select(cases, names):
     if unknown:
         raise ValueError(f"no such case: {', '.join(sorted(unknown))}; "
                          f"cases: {', '.join(c.name for c in cases)}")
-    wanted |= {c.reference for c in cases if c.name in wanted}
+    # A reference has a reference of its own (nginx TLS is measured against nginx in clear).
+    while more := {c.reference for c in cases if c.name in wanted} - wanted:
+        wanted |= more
     return [c for c in cases if c.name in wanted]

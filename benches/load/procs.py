@@ -8,6 +8,7 @@ whole thread group, which keeps counting threads that have already exited.
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -67,14 +68,17 @@ class Processes:
             self.stop(process)
 
 
-def wait_ready(port, process, what, timeout=15.0):
-    """Waits until something answers HTTP on the port; False if the process exits first."""
+def wait_ready(port, process, what, timeout=15.0, scheme="http"):
+    """Waits until something answers HTTP(S) on the port; False if the process exits first."""
     deadline = time.monotonic() + timeout
+    # A benchmark's certificate is self-signed: only "is it serving" is asked here.
+    context = ssl._create_unverified_context() if scheme == "https" else None
     while time.monotonic() < deadline:
         if process.poll() is not None:
             return False
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready-check", timeout=1):
+            url = f"{scheme}://127.0.0.1:{port}/ready-check"
+            with urllib.request.urlopen(url, timeout=1, context=context):
                 return True
         except urllib.error.HTTPError:
             return True  # any HTTP answer means it is serving

@@ -65,7 +65,7 @@ def summarize_all(cases):
 
 def main_table(cases, summaries):
     lines = [
-        "| case | req/s | × nginx | p50 ms | × nginx | p99 ms | × nginx | errors "
+        "| case | req/s | × ref | p50 ms | × ref | p99 ms | × ref | errors "
         "| peak RSS MiB | proxy CPU µs/req |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -80,6 +80,12 @@ def main_table(cases, summaries):
             f"| {fmt(s['p99_ms'], '.2f')} | {fmt(s['p99_ratio'], '.2f')} | {s['errors']} "
             f"| {fmt(s['rss_mib'], '.1f')} | {fmt(s['cpu_us_per_req'].get('server'), '.1f')} |"
         )
+    labels = {case.name: case.label for case in cases}
+    others = [f"{case.label} → {labels.get(case.reference, case.reference)}"
+              for case in cases if case.reference not in ("nginx", case.name)]
+    lines.append("")
+    lines.append("Ratios (× ref) are to nginx pass-through of the same round"
+                 + (f", except: {'; '.join(others)}." if others else "."))
     return "\n".join(lines)
 
 

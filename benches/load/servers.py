@@ -51,14 +51,25 @@ class Fixtures:
             f.write(text)
         return path
 
-    def start_nginx(self, template, name, port):
-        conf = self.render(template, name, PORT=port)
+    def tls_pair(self):
+        """A self-signed ECDSA P-256 certificate for localhost and 127.0.0.1, and its key: made
+        once per run, and presented by every server under test that speaks TLS."""
+        cert, key = (os.path.join(self.tmp, name) for name in ("tls.crt", "tls.key"))
+        if not os.path.exists(cert):
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                            "ec_paramgen_curve:P-256", "-nodes", "-days", "2", "-subj",
+                            "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                            "-keyout", key, "-out", cert], check=True, capture_output=True)
+        return cert, key
+
+    def start_nginx(self, template, name, port, scheme="http", **values):
+        conf = self.render(template, name, PORT=port, **values)
         errors = open(os.path.join(self.tmp, f"{name}.stderr"), "w")
         argv = ["nginx", "-p", self.tmp, "-c", conf, "-e", f"{self.tmp}/{name}.error.log",
                 "-g", "daemon off;"]
         process = self.processes.start(argv, subprocess.DEVNULL, errors)
         errors.close()
-        if not wait_ready(port, process, name):
+        if not wait_ready(port, process, name, scheme=scheme):
             raise RuntimeError(f"{name} exited: see {self.tmp}/{name}.stderr")
         return process
 
@@ -80,30 +91,38 @@ class Upstream:
 
 @dataclass(frozen=True)
 class Nginx:
-    """An nginx of its own for the run, from a config template (pass-through by default)."""
+    """An nginx of its own for the run, from a config template (pass-through by default); with
+    `tls`, the template gets the run's certificate as @CERT@ and @KEY@ and is reached by https."""
 
     template: str = "passthrough.nginx.conf"
+    tls: bool = False
 
     def start(self, fixtures, name):
         port = free_port()
-        process = fixtures.start_nginx(self.template, name, port)
+        values, scheme = {}, "http"
+        if self.tls:
+            values["CERT"], values["KEY"] = fixtures.tls_pair()
+            scheme = "https"
+        process = fixtures.start_nginx(self.template, name, port, scheme, **values)
 
         def stop():
             fixtures.processes.stop(process)
             # The access log is there to be written, as the proxy writes its log, not kept.
             _remove(os.path.join(fixtures.tmp, f"{name}.access.log"))
 
-        return Running(port, with_children(process.pid), None, stop)
+        return Running(port, with_children(process.pid), None, stop, scheme)
 
 
 @dataclass(frozen=True)
 class Proxy:
-    """The proxy with one store; more flags, or a config template given as `--config`."""
+    """The proxy with one store; more flags, or a config template given as `--config`; with
+    `tls`, listening over HTTPS with the run's certificate."""
 
     store: str  # --store; "@PREFIX@" stands for the run's scratch directory
     args: tuple = ()
     config: Optional[str] = None
     build: str = "A"  # which of the proxy binaries
+    tls: bool = False
 
     def start(self, fixtures, name):
         port = free_port()
@@ -113,10 +132,14 @@ class Proxy:
                 *self.args]
         if self.config is not None:
             argv += ["--config", fixtures.render(self.config, name, PORT=port)]
+        scheme = "https" if self.tls else "http"
+        if self.tls:
+            cert, key = fixtures.tls_pair()
+            argv += ["--tls-cert", cert, "--tls-key", key]
         stderr_path = os.path.join(fixtures.tmp, f"{name}.stderr")
         with open(stderr_path, "w") as stderr:
             process = fixtures.processes.start(argv, subprocess.DEVNULL, stderr)
-        if not wait_ready(port, process, "the proxy"):
+        if not wait_ready(port, process, "the proxy", scheme=scheme):
             fixtures.processes.forget(process)
             why = _last_line(stderr_path) or f"exit status {process.returncode}"
             raise NotStarted(f"{argv[0]} did not start with --store {store}: {why}")
@@ -127,7 +150,7 @@ class Proxy:
             if store.startswith("file:"):
                 _remove(store[len("file:"):])
 
-        return Running(port, [process.pid], process.pid, stop)
+        return Running(port, [process.pid], process.pid, stop, scheme)
 
     @property
     def uses_redis(self):

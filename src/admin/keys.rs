@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use super::AdminState;
+use super::{AdminState, AdminView};
 use crate::model::{
     ClientScope, Fingerprint, IdempotencyKey, KeyError, Part, Record, ScopedKey, StoredBody,
 };
@@ -49,12 +49,12 @@ impl IntoResponse for AdminError {
 }
 
 fn scoped_key(
-    state: &AdminState,
+    view: &AdminView,
     route: &str,
     key: String,
     headers: &HeaderMap,
 ) -> Result<ScopedKey, AdminError> {
-    let policy = state.policies.get(route).ok_or(AdminError::NoSuchRoute)?;
+    let policy = view.policies.get(route).ok_or(AdminError::NoSuchRoute)?;
     let key = IdempotencyKey::new(key).map_err(AdminError::BadKey)?;
     let scope = policy
         .scope_header
@@ -69,8 +69,9 @@ pub(super) async fn inspect(
     Path((route, key)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<serde_json::Value>, AdminError> {
-    let key = scoped_key(&state, &route, key, &headers)?;
-    let (record, expires_in) = state
+    let view = state.view.load_full();
+    let key = scoped_key(&view, &route, key, &headers)?;
+    let (record, expires_in) = view
         .store
         .get(&key)
         .await
@@ -84,8 +85,9 @@ pub(super) async fn remove(
     Path((route, key)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<StatusCode, AdminError> {
-    let key = scoped_key(&state, &route, key, &headers)?;
-    if !state.store.remove(&key).await.map_err(AdminError::Store)? {
+    let view = state.view.load_full();
+    let key = scoped_key(&view, &route, key, &headers)?;
+    if !view.store.remove(&key).await.map_err(AdminError::Store)? {
         return Err(AdminError::NoRecord);
     }
     tracing::info!(route = %key.route(), key = %key.log_id(), "record removed by an operator");

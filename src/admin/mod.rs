@@ -1,63 +1,77 @@
-//! The admin listener: health, readiness, metrics, the status page, and inspecting or dropping
-//! one record.
+//! The admin listener: health, readiness, metrics, the status page, inspecting or dropping one
+//! record, and reloading the config.
 //!
 //! It runs on its own address so that operators can firewall it away from clients: it can
-//! drop records, which re-opens a key to a second execution.
+//! drop records, which re-opens a key to a second execution. What it reads of the config (the
+//! routes' policies, the token, the problem base) is the running config's, replaced by a reload.
 
 mod keys;
 mod page;
 mod recorder;
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Json;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 
+use crate::config::ConfigError;
+use crate::error::ProxyError;
 use crate::idempotency::Policy;
+use crate::problem::ProblemBase;
 use crate::secret::Secret;
 use crate::status::Status;
 use crate::store::Store;
 
 pub(crate) use recorder::metrics_handle;
 
-/// What the admin endpoints reach into: the store (with the replay cache in front, so a removed
-/// record is also dropped from this replica's memory), each route's policy (for its scope
-/// header), and what the status page reports.
-pub(crate) struct Records {
+/// What the admin endpoints reach into, from the running config: the store (with the replay
+/// cache in front, so a removed record is also dropped from this replica's memory), each
+/// route's policy by name (for its scope header), the token, and the problem base.
+pub(crate) struct AdminView {
     pub(crate) store: Arc<dyn Store>,
-    pub(crate) policies: Vec<Arc<Policy>>,
-    pub(crate) status: Arc<Status>,
+    pub(crate) policies: HashMap<String, Arc<Policy>>,
+    pub(crate) token: Option<Secret>,
+    pub(crate) problems: Arc<ProblemBase>,
+}
+
+/// Reloads the running proxy's config (SPEC section 10): the new config's digest, or why the
+/// running one stays.
+pub(crate) trait Reload: Send + Sync {
+    fn reload(&self) -> Pin<Box<dyn Future<Output = Result<String, ConfigError>> + Send>>;
 }
 
 #[derive(Clone)]
 struct AdminState {
-    store: Arc<dyn Store>,
-    policies: Arc<HashMap<String, Arc<Policy>>>,
+    view: Arc<ArcSwap<AdminView>>,
+    reload: Arc<dyn Reload>,
     metrics: PrometheusHandle,
     status: Arc<Status>,
 }
 
-/// The admin routes, over the proxy's store and route policies. With a `token`, `/metrics`,
-/// `/status` and `/keys` require `Authorization: Bearer <token>`; `/healthz` and `/readyz`
+/// The admin routes, over the running config's `view`. With a token, `/metrics`, `/status`,
+/// `/keys` and `/reload` require `Authorization: Bearer <token>`; `/healthz` and `/readyz`
 /// stay open for orchestrators' probes, and `/` (the status page) for browsers, as they reveal
 /// nothing: the page asks for the token and fetches its data from `/status`.
-pub(crate) fn router(records: Records, token: Option<Secret>) -> axum::Router {
-    let policies = records
-        .policies
-        .into_iter()
-        .map(|p| (p.route.as_str().to_owned(), p));
+pub(crate) fn router(
+    view: Arc<ArcSwap<AdminView>>,
+    reload: Arc<dyn Reload>,
+    status: Arc<Status>,
+) -> axum::Router {
     let state = AdminState {
-        store: records.store,
-        policies: Arc::new(policies.collect()),
+        view,
+        reload,
         metrics: metrics_handle(),
-        status: records.status,
+        status,
     };
     let guarded = axum::Router::new()
         .route(
@@ -69,10 +83,8 @@ pub(crate) fn router(records: Records, token: Option<Secret>) -> axum::Router {
             "/keys/{route}/{key}",
             get(keys::inspect).delete(keys::remove),
         )
-        .route_layer(middleware::from_fn_with_state(
-            token.map(Arc::new),
-            require_token,
-        ));
+        .route("/reload", post(reload_config))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     axum::Router::new()
         .route("/", get(page::page))
         .route("/healthz", get(|| async { "ok" }))
@@ -81,12 +93,8 @@ pub(crate) fn router(records: Records, token: Option<Secret>) -> axum::Router {
         .with_state(state)
 }
 
-async fn require_token(
-    State(token): State<Option<Arc<Secret>>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let Some(token) = token else {
+async fn require_token(State(state): State<AdminState>, request: Request, next: Next) -> Response {
+    let Some(token) = state.view.load().token.clone() else {
         return next.run(request).await;
     };
     let given = request
@@ -107,8 +115,22 @@ async fn require_token(
     refused
 }
 
+/// `POST /reload`: `200` with the new config's digest, or `400 bad-config` with the one line
+/// saying why the running config stays.
+async fn reload_config(State(state): State<AdminState>) -> Response {
+    match state.reload.reload().await {
+        Ok(digest) => Json(json!({ "digest": digest })).into_response(),
+        Err(e) => {
+            let mut refused = ProxyError::BadConfig(e.to_string()).into_response();
+            state.view.load().problems.render(&mut refused);
+            refused
+        }
+    }
+}
+
 async fn readyz(State(state): State<AdminState>) -> Response {
-    match state.store.ping().await {
+    let store = state.view.load().store.clone();
+    match store.ping().await {
         Ok(()) => (StatusCode::OK, "ready").into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "readiness check: store unreachable");

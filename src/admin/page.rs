@@ -32,6 +32,7 @@ pub(super) async fn page() -> impl IntoResponse {
 }
 
 pub(super) async fn status(State(state): State<AdminState>) -> impl IntoResponse {
-    let report = state.status.report(state.store.as_ref()).await;
+    let store = state.view.load().store.clone();
+    let report = state.status.report(store.as_ref()).await;
     ([(header::CACHE_CONTROL, "no-store")], Json(report))
 }

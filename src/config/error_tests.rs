@@ -201,15 +201,17 @@ fn routes_need_a_valid_prefix_host_and_upstream() {
 }
 
 #[test]
-fn upstreams_must_be_plain_http_with_a_port() {
-    let message = refused("upstream = \"https://127.0.0.1:9000\"\n", 1, "upstream");
-    assert!(message.contains("https is not supported"), "{message}");
+fn upstreams_must_be_http_with_a_port_or_https() {
+    let message = refused("upstream = \"ftp://127.0.0.1:9000\"\n", 1, "upstream");
+    assert!(message.contains("not http:// or https://"), "{message}");
     for bad in [
         "not a url",
         "http://127.0.0.1",
         "ftp://h:1",
         "http://u@h:1",
         "http://h:1/?q",
+        "https://u@h",
+        "https://h/?q",
     ] {
         refused(&format!("\nupstream = \"{bad}\"\n"), 2, "upstream");
     }
@@ -249,7 +251,7 @@ fn a_bad_flag_value_names_the_flag() {
         ),
         (
             Overrides {
-                upstream: Some("https://127.0.0.1:9000".into()),
+                upstream: Some("ftp://127.0.0.1:9000".into()),
                 ..Overrides::default()
             },
             "--upstream: ",

@@ -27,7 +27,7 @@ pub(super) struct RawFile {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem_base: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub log_format: Option<LogFormat>,
+    pub log_format: Option<Spanned<LogFormat>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drain_timeout: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -43,6 +43,11 @@ pub(super) struct RawFile {
     pub encryption_key: Option<Spanned<String>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub encryption_old_keys: Vec<Spanned<String>>,
+    // The listener's certificate and key (see `tls.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<Spanned<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub defaults: Option<PolicyTable>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -138,6 +143,9 @@ policy_keys! {
     replay_exclude_headers: Vec<String>,
     replay_cache_ttl: String,
     verify: VerifyTable,
+    upstream_ca: String,
+    upstream_client_cert: String,
+    upstream_client_key: String,
 }
 
 /// `fingerprint_body`: whether a route's fingerprint reads the body's bytes or its canonical

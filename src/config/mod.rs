@@ -11,32 +11,31 @@
 mod crypto;
 mod error;
 mod file;
+mod given;
 mod limits;
 mod policy;
 mod print;
 mod resolve;
+mod restart;
 mod settings;
 mod source;
+mod tls;
 mod values;
 
 #[cfg(test)]
 mod error_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tls_tests;
 
+pub use crate::tls::{ListenerTls, UpstreamTls};
 pub use error::ConfigError;
 pub use settings::{Limits, LogFormat, Overrides, RouteSettings, Settings, DEFAULT_LISTEN};
 
 /// Reads the config file the overrides name (if any) and merges the overrides over it.
 pub fn load(overrides: &Overrides) -> Result<Settings, ConfigError> {
-    let Some(path) = &overrides.config else {
-        return load_str("(no config file)", "", overrides);
-    };
-    let origin = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-        path: origin.clone(),
-        reason: e.to_string(),
-    })?;
+    let (origin, text) = read(overrides)?;
     load_str(&origin, &text, overrides)
 }
 
@@ -45,4 +44,30 @@ pub fn load_str(origin: &str, text: &str, overrides: &Overrides) -> Result<Setti
     let source = source::Source::new(origin, text);
     let raw = source.parse()?;
     resolve::resolve(&source, raw, overrides)
+}
+
+/// Like [`load`], for a reload of a proxy running `running` (SPEC section 10): a config that
+/// changes `listen`, `admin_listen`, `store`, whether the listener speaks HTTPS, or
+/// `log_format` is refused, as only a restart can change those.
+pub fn load_for_reload(overrides: &Overrides, running: &Settings) -> Result<Settings, ConfigError> {
+    let (origin, text) = read(overrides)?;
+    let source = source::Source::new(&origin, &text);
+    let raw = source.parse()?;
+    let positions = restart::Positions::of(&raw);
+    let settings = resolve::resolve(&source, raw, overrides)?;
+    restart::unchanged(&source, &positions, running, &settings)?;
+    Ok(settings)
+}
+
+/// The config file's name and text; no file reads as an empty one.
+fn read(overrides: &Overrides) -> Result<(String, String), ConfigError> {
+    let Some(path) = &overrides.config else {
+        return Ok(("(no config file)".to_owned(), String::new()));
+    };
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+        path: origin.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok((origin, text))
 }

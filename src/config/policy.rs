@@ -12,6 +12,7 @@ use super::values::{duration, header, headers, json_pointer, method, optional_he
 use crate::idempotency::policy::{KeySource, Policy};
 use crate::model::jcs::JsonPointer;
 use crate::model::FingerprintBody;
+use crate::tls::UpstreamTls;
 
 /// What a route inherits from `[defaults]` and may override: the idempotency layer's policy,
 /// and how the proxy serves the route.
@@ -20,6 +21,7 @@ pub(super) struct Inherited {
     pub(super) policy: Policy,
     pub(super) replay_cache_ttl: Duration,
     pub(super) upstream_idle_timeout: Duration,
+    pub(super) upstream_tls: UpstreamTls,
 }
 
 impl Inherited {
@@ -28,6 +30,7 @@ impl Inherited {
             policy,
             replay_cache_ttl: RouteSettings::DEFAULT_REPLAY_CACHE_TTL,
             upstream_idle_timeout: RouteSettings::DEFAULT_UPSTREAM_IDLE_TIMEOUT,
+            upstream_tls: UpstreamTls::default(),
         }
     }
 }
@@ -55,6 +58,7 @@ pub(super) fn apply(
         idle,
         |d| duration(d),
     )?;
+    super::tls::apply(src, &mut inherited.upstream_tls, table)?;
     apply_policy(src, &mut inherited.policy, table)
 }
 

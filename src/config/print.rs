@@ -26,7 +26,7 @@ fn to_toml(settings: &Settings) -> String {
         store: unspanned(settings.store.to_string()),
         upstream: None,
         problem_base: unspanned(settings.problem_base.as_str().to_owned()),
-        log_format: Some(settings.log_format),
+        log_format: unspanned(settings.log_format),
         drain_timeout: unspanned(humane(settings.drain_timeout)),
         admin_token: settings
             .admin_token
@@ -42,6 +42,14 @@ fn to_toml(settings: &Settings) -> String {
                 .map(|o| Spanned::new(0..0, o.reference().to_owned()))
                 .collect()
         }),
+        tls_cert: settings
+            .tls
+            .as_ref()
+            .and_then(|t| unspanned(t.cert_reference().to_owned())),
+        tls_key: settings
+            .tls
+            .as_ref()
+            .and_then(|t| unspanned(t.key_reference().to_owned())),
         defaults: None,
         routes: settings.routes.iter().map(route).collect(),
         ..RawFile::default()
@@ -61,6 +69,12 @@ fn route(route: &RouteSettings) -> Spanned<RouteTable> {
     let mut keys = policy(&route.policy);
     keys.replay_cache_ttl = unspanned(humane(route.replay_cache_ttl));
     keys.upstream_idle_timeout = unspanned(humane(route.upstream_idle_timeout));
+    let tls = &route.upstream_tls;
+    keys.upstream_ca = tls.ca_reference().and_then(|ca| unspanned(ca.to_owned()));
+    if let Some((cert, key)) = tls.identity_references() {
+        keys.upstream_client_cert = unspanned(cert.to_owned());
+        keys.upstream_client_key = unspanned(key.to_owned());
+    }
     Spanned::new(0..0, RouteTable::join(head, keys))
 }
 
@@ -128,6 +142,9 @@ fn policy(policy: &Policy) -> PolicyTable {
             .verify
             .as_ref()
             .and_then(|v| unspanned(super::crypto::verify_table(v))),
+        upstream_ca: None,
+        upstream_client_cert: None,
+        upstream_client_key: None,
     }
 }
 

@@ -14,6 +14,7 @@ use toml::Spanned;
 
 use super::error::ConfigError;
 use super::file::{RawFile, RouteHead, RouteTable};
+use super::given::Given;
 use super::policy::{self, Inherited};
 use super::settings::{Overrides, RouteSettings, Settings, DEFAULT_LISTEN};
 use super::source::Source;
@@ -24,41 +25,6 @@ use crate::model::RouteName;
 use crate::problem::ProblemBase;
 use crate::secret::Secret;
 use crate::store::StoreSpec;
-
-/// A top-level value and where it was given, so an error points at the flag or the line.
-enum Given<'a> {
-    Flag(&'static str, &'a str),
-    File(&'static str, &'a Spanned<String>),
-}
-
-impl<'a> Given<'a> {
-    /// The flag's value if it was passed, else the file's.
-    fn pick(
-        flag: (&'static str, Option<&'a String>),
-        file: (&'static str, Option<&'a Spanned<String>>),
-    ) -> Option<Self> {
-        match (flag, file) {
-            ((name, Some(value)), _) => Some(Given::Flag(name, value)),
-            (_, (key, Some(value))) => Some(Given::File(key, value)),
-            _ => None,
-        }
-    }
-
-    fn parse<T>(
-        &self,
-        src: &Source,
-        parse: impl FnOnce(&str) -> Result<T, String>,
-    ) -> Result<T, ConfigError> {
-        match self {
-            Given::Flag(flag, value) => {
-                parse(value).map_err(|reason| ConfigError::Flag { flag, reason })
-            }
-            Given::File(key, value) => {
-                parse(value.get_ref()).map_err(|reason| src.bad(value, key, reason))
-            }
-        }
-    }
-}
 
 /// Where the route named `default` was declared, for the duplicate-name message.
 fn origin(src: &Source, given: &Given) -> String {
@@ -87,12 +53,16 @@ pub(super) fn resolve(
         ("--upstream", cli.upstream.as_ref()),
         ("upstream", raw.upstream.as_ref()),
     );
+    let tls = super::tls::listener(src, cli, (raw.tls_cert.as_ref(), raw.tls_key.as_ref()))?;
     let routes = routes(src, raw.routes, &defaults, upstream)?;
     Ok(Settings {
         listen: listen(src, cli, raw.listen.as_ref())?,
         admin_listen: admin_listen(src, cli, raw.admin_listen.as_ref())?,
         store: store(src, cli, raw.store.as_ref())?,
-        log_format: cli.log_format.or(raw.log_format).unwrap_or_default(),
+        log_format: cli
+            .log_format
+            .or(raw.log_format.map(Spanned::into_inner))
+            .unwrap_or_default(),
         drain_timeout: drain_timeout(src, raw.drain_timeout.as_ref())?,
         admin_token: raw
             .admin_token
@@ -102,6 +72,7 @@ pub(super) fn resolve(
         encryption: super::crypto::encryption(src, &raw.encryption_key, &raw.encryption_old_keys)?,
         problem_base,
         limits,
+        tls,
         routes,
     })
 }
@@ -191,10 +162,13 @@ fn default_route(
         );
         return Err(src.at(span.clone(), Some("name"), reason));
     }
+    let uri = upstream.parse(src, upstream_uri)?;
+    let tls = defaults.upstream_tls.clone();
     Ok(RouteSettings {
         path_prefix: "/".into(),
         host: None,
-        upstream: upstream.parse(src, upstream_uri)?,
+        upstream_tls: upstream.parse(src, |_| tls.for_upstream(is_https(&uri)))?,
+        upstream: uri,
         policy: defaults.policy.clone(),
         replay_cache_ttl: defaults.replay_cache_ttl,
         upstream_idle_timeout: defaults.upstream_idle_timeout,
@@ -237,6 +211,7 @@ fn route(
         policy,
         replay_cache_ttl,
         upstream_idle_timeout,
+        upstream_tls,
     } = inherited;
     let missing = |key: &str| {
         let reason = format!(
@@ -251,14 +226,23 @@ fn route(
         .as_ref()
         .ok_or_else(|| missing("path_prefix"))?;
     let host = head.host.as_ref().map(|h| check(src, h, "host", host));
+    let uri = check(src, upstream, "upstream", upstream_uri)?;
+    let upstream_tls = upstream_tls
+        .for_upstream(is_https(&uri))
+        .map_err(|reason| src.bad(upstream, "upstream", reason))?;
     Ok(RouteSettings {
         path_prefix: check(src, prefix, "path_prefix", path_prefix)?,
         host: host.transpose()?,
-        upstream: check(src, upstream, "upstream", upstream_uri)?,
+        upstream: uri,
         policy,
         replay_cache_ttl,
         upstream_idle_timeout,
+        upstream_tls,
     })
+}
+
+fn is_https(uri: &http::Uri) -> bool {
+    uri.scheme() == Some(&http::uri::Scheme::HTTPS)
 }
 
 /// Parses a value read from the file, naming its line and key if it is refused.

@@ -11,6 +11,7 @@ use crate::idempotency::Policy;
 use crate::problem::ProblemBase;
 use crate::secret::Secret;
 use crate::store::{SealingKeys, StoreSpec};
+use crate::tls::{ListenerTls, UpstreamTls};
 use crate::units::ByteSize;
 
 /// The listen address when neither the file nor `--listen` names one.
@@ -43,6 +44,10 @@ pub struct Overrides {
     pub admin_listen: Option<String>,
     /// `--log-format`.
     pub log_format: Option<LogFormat>,
+    /// `--tls-cert`: `file:PATH` or a bare path.
+    pub tls_cert: Option<String>,
+    /// `--tls-key`: `file:PATH` or a bare path.
+    pub tls_key: Option<String>,
 }
 
 /// The effective configuration: file and flags merged, defaults applied, everything validated.
@@ -66,6 +71,9 @@ pub struct Settings {
     pub problem_base: Arc<ProblemBase>,
     /// What one client may cost: header time-out and size, connections at once.
     pub limits: Limits,
+    /// The listener's certificate and key (`tls_cert`, `tls_key`): with them it speaks HTTPS
+    /// only.
+    pub tls: Option<ListenerTls>,
     /// Configured routes in file order, then the route `default` if there is a top-level upstream.
     pub routes: Vec<RouteSettings>,
 }
@@ -77,12 +85,14 @@ pub struct RouteSettings {
     pub path_prefix: String,
     /// Lower-cased, as requests are matched on it case-insensitively.
     pub host: Option<String>,
-    /// `http://HOST:PORT[/path]`.
+    /// `http://HOST:PORT[/path]` or `https://HOST[:PORT][/path]`.
     pub upstream: http::Uri,
     /// How long an idle connection to the upstream is kept (`upstream_idle_timeout`).
     pub upstream_idle_timeout: Duration,
     /// `policy.route` is the route's name.
     pub policy: Policy,
+    /// What connections to an `https://` upstream trust and present.
+    pub upstream_tls: UpstreamTls,
     /// How long a replica answers a replay from its own copy of a completed record; an
     /// operator's `DELETE` on another replica is seen here within this time. Zero turns it off.
     pub replay_cache_ttl: Duration,

@@ -90,25 +90,21 @@ pub(super) fn host(raw: &str) -> Result<String, String> {
     Ok(raw.to_ascii_lowercase())
 }
 
-/// Only plain HTTP upstreams: the proxy has no TLS client yet, and silently speaking plain
-/// HTTP to an `https://` address would be worse than refusing it.
+/// An upstream base URL: `http://HOST:PORT[/path]`, or `https://HOST[:PORT][/path]` (port 443
+/// when none is given, as `https://` URLs of payment processors are written without one).
 pub(super) fn upstream_uri(raw: &str) -> Result<Uri, String> {
     let bad = |why: &str| {
-        format!("invalid upstream URL {raw:?} ({why}): expected http://HOST:PORT[/path]")
+        format!("invalid upstream URL {raw:?} ({why}): expected http://HOST:PORT[/path] or https://HOST[:PORT][/path]")
     };
     let uri: Uri = raw
         .parse()
         .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
-    if uri.scheme_str() == Some("https") {
-        return Err(format!(
-            "upstream {raw:?}: https is not supported yet (no TLS client); use http://HOST:PORT, e.g. to a local TLS sidecar"
-        ));
-    }
+    let https = uri.scheme_str() == Some("https");
     let authority = uri.authority().map(Authority::as_str).unwrap_or_default();
     let problem = match () {
-        () if uri.scheme_str() != Some("http") => "not http://",
+        () if !https && uri.scheme_str() != Some("http") => "not http:// or https://",
         () if uri.host().is_none_or(str::is_empty) => "no host",
-        () if uri.port_u16().is_none() => "no port",
+        () if !https && uri.port_u16().is_none() => "no port",
         () if authority.contains('@') => "user info is not allowed",
         () if uri.query().is_some() => "a query is not allowed",
         () => return Ok(uri),
@@ -125,6 +121,18 @@ mod tests {
         let uri = upstream_uri("http://127.0.0.1:9000/base/").unwrap();
         assert_eq!(uri.path(), "/base/");
         assert_eq!(uri.port_u16(), Some(9000));
+    }
+
+    #[test]
+    fn https_upstreams_may_leave_out_the_port() {
+        let uri = upstream_uri("https://api.example.com/v1").unwrap();
+        assert_eq!((uri.scheme_str(), uri.port_u16()), (Some("https"), None));
+        assert_eq!(
+            upstream_uri("https://[::1]:8443").unwrap().port_u16(),
+            Some(8443)
+        );
+        assert!(upstream_uri("http://api.example.com").is_err());
+        assert!(upstream_uri("https://u@api.example.com").is_err());
     }
 
     #[test]

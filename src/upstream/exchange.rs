@@ -20,6 +20,7 @@ use super::pool::{Pool, PooledConnection};
 use super::transport::Address;
 use crate::error::BoxError;
 use crate::error::RequestNotSent;
+use crate::tls;
 
 /// Why an exchange gave no answer.
 pub(super) enum Failure {
@@ -33,6 +34,8 @@ impl Failure {
     fn into_error(self) -> BoxError {
         match self {
             Failure::NotWritten(_, e) => Box::new(RequestNotSent(e.into())),
+            // The upstream refused the TLS handshake, heard of only now (see `refused_handshake`).
+            Failure::Failed(e) if tls::refused_handshake(&e) => Box::new(RequestNotSent(e.into())),
             Failure::Failed(e) => e.into(),
         }
     }

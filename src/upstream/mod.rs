@@ -8,7 +8,9 @@
 //! Each route's [`Upstream`] keeps its own [`pool`] of idle connections. A request takes one
 //! (or opens one), and its task polls that connection while it waits for the answer
 //! ([`exchange`]) and while the answer's body is read ([`UpstreamBody`]); when the body ends the
-//! connection goes back to the pool. No task runs per connection.
+//! connection goes back to the pool. No task runs per connection. For an `https://` upstream a
+//! connection is TCP then the route's TLS handshake ([`transport`]), so a pool never holds a
+//! connection made with another route's trust or client certificate.
 
 mod body;
 mod exchange;
@@ -23,8 +25,9 @@ use std::task::{Context, Poll};
 
 use axum::body::Body;
 use http::header::{HeaderName, HeaderValue, HOST};
-use http::uri::{PathAndQuery, Uri};
+use http::uri::{PathAndQuery, Scheme, Uri};
 use http::{Request, Response, Version};
+use rustls::ClientConfig;
 use tower::Service;
 
 pub(crate) use body::UpstreamBody;
@@ -40,8 +43,13 @@ use transport::Address;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ClientAddr(pub SocketAddr);
 
+/// Put on a request by the server when its client reached the proxy over TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClientTls;
+
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Forwards every request to one upstream base URL. Clones share the connection pool.
 #[derive(Debug, Clone)]
@@ -58,9 +66,10 @@ struct Target {
 }
 
 impl Upstream {
-    /// `base` is `http://HOST:PORT` with an optional path that is put before every request path.
-    pub(crate) fn new(base: Uri, pool: PoolSettings) -> Self {
-        let address = Address::from_uri(&base);
+    /// `base` is `http://HOST:PORT` or `https://HOST[:PORT]`, with an optional path that is put
+    /// before every request path; `tls` is the route's client config, for `https://`.
+    pub(crate) fn new(base: Uri, pool: PoolSettings, tls: Option<Arc<ClientConfig>>) -> Self {
+        let address = Address::from_uri(&base, tls);
         Self {
             target: Arc::new(Target { base, address }),
             pool: Pool::new(pool),
@@ -91,6 +100,9 @@ impl Upstream {
                 request.headers_mut().insert(HOST, host);
             }
         }
+        if self.target.base.scheme() == Some(&Scheme::HTTPS) {
+            self.name_the_upstream(request);
+        }
         *request.uri_mut() = self.target(request.uri())?;
         *request.version_mut() = Version::HTTP_11;
         strip_hop_by_hop(request.headers_mut());
@@ -99,9 +111,34 @@ impl Upstream {
     }
 }
 
+impl Upstream {
+    /// An `https://` upstream is addressed by its own name, the one its certificate and the
+    /// handshake's SNI carry: a server behind a shared front (a payment processor's API) refuses
+    /// or misroutes a `Host` that names the proxy. The client's `Host` goes in
+    /// `X-Forwarded-Host`, unless an earlier proxy put one there.
+    fn name_the_upstream(&self, request: &mut Request<Body>) {
+        let Some(upstream) = self
+            .target
+            .base
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        else {
+            return;
+        };
+        let headers = request.headers_mut();
+        if let Some(client) = headers.insert(HOST, upstream) {
+            headers.entry(X_FORWARDED_HOST.clone()).or_insert(client);
+        }
+    }
+}
+
 /// Appends the client to `X-Forwarded-For` and states the scheme the proxy was reached by.
 fn add_forwarded_headers(request: &mut Request<Body>) {
     let client = request.extensions().get::<ClientAddr>().map(|c| c.0.ip());
+    let scheme = match request.extensions().get::<ClientTls>() {
+        Some(ClientTls) => "https",
+        None => "http",
+    };
     let headers = request.headers_mut();
     if let Some(ip) = client {
         let chain = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
@@ -112,7 +149,7 @@ fn add_forwarded_headers(request: &mut Request<Body>) {
             headers.insert(X_FORWARDED_FOR.clone(), value);
         }
     }
-    headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
+    headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(scheme));
 }
 
 impl Service<Request<Body>> for Upstream {
@@ -151,12 +188,13 @@ mod tests {
         let upstream = Upstream::new(
             "http://10.0.0.1:9000/api/".parse().unwrap(),
             PoolSettings::default(),
+            None,
         );
         let target = upstream
             .target(&"/v1/charges?x=1".parse().unwrap())
             .unwrap();
         assert_eq!(target, "/api/v1/charges?x=1");
-        let plain = Upstream::new("http://h:1".parse().unwrap(), PoolSettings::default());
+        let plain = Upstream::new("http://h:1".parse().unwrap(), PoolSettings::default(), None);
         assert_eq!(
             plain
                 .target(&"http://proxy:8080/a?b".parse().unwrap())
@@ -171,6 +209,7 @@ mod tests {
         let upstream = Upstream::new(
             "http://10.0.0.1:9000".parse().unwrap(),
             PoolSettings::default(),
+            None,
         );
         let mut http2 = Request::new(Body::empty());
         *http2.uri_mut() = "https://api.example.com/pay".parse().unwrap();
@@ -203,5 +242,32 @@ mod tests {
             "198.51.100.1, 192.0.2.7"
         );
         assert_eq!(request.headers()["x-forwarded-proto"], "http");
+        request.extensions_mut().insert(ClientTls);
+        add_forwarded_headers(&mut request);
+        assert_eq!(request.headers()["x-forwarded-proto"], "https");
+    }
+
+    #[test]
+    fn an_https_upstream_gets_its_own_name_as_host() {
+        let base = "https://api.example.com/v1".parse().unwrap();
+        let upstream = Upstream::new(base, PoolSettings::default(), None);
+        let mut request = Request::new(Body::empty());
+        *request.uri_mut() = "/charges".parse().unwrap();
+        request
+            .headers_mut()
+            .insert(HOST, HeaderValue::from_static("proxy.internal:8443"));
+        upstream.prepare(&mut request).unwrap();
+        assert_eq!(request.headers()[HOST], "api.example.com");
+        assert_eq!(request.headers()["x-forwarded-host"], "proxy.internal:8443");
+        assert_eq!(request.uri(), "/v1/charges");
+        let base = "http://10.0.0.1:9000".parse().unwrap();
+        let plain = Upstream::new(base, PoolSettings::default(), None);
+        let mut request = Request::new(Body::empty());
+        request
+            .headers_mut()
+            .insert(HOST, HeaderValue::from_static("proxy.internal"));
+        plain.prepare(&mut request).unwrap();
+        assert_eq!(request.headers()[HOST], "proxy.internal");
+        assert!(request.headers().get("x-forwarded-host").is_none());
     }
 }

@@ -47,7 +47,7 @@ impl CountingUpstream {
         });
         let url: http::Uri = format!("http://{}", addr.await.unwrap()).parse().unwrap();
         Self {
-            address: Address::from_uri(&url).unwrap(),
+            address: Address::from_uri(&url, None).unwrap(),
             accepted,
             _stop: stop,
         }

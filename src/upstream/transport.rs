@@ -1,7 +1,7 @@
 //! The byte stream under an upstream connection, and opening one.
 //!
-//! Everything above this module (the pool, the exchange, the body) sees only [`UpstreamIo`], so
-//! another transport is one more [`Transport`] variant and one more arm in [`connect`].
+//! Everything above this module (the pool, the exchange, the body) sees only [`UpstreamIo`]: a
+//! TCP stream, or for an `https://` upstream the TLS stream over one ([`crate::tls::connect`]).
 //!
 //! An idle pooled connection is checked for a close right before a request is written on it.
 //! The runtime learns that a socket became readable only when its IO driver next runs, which on
@@ -17,30 +17,41 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use http::uri::Scheme;
 use http::Uri;
+use rustls::ClientConfig;
 use socket2::SockRef;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use crate::tls;
 
 /// How long resolving and connecting may take before the request is given up as never sent.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Where connections to one upstream go: host and port, taken from its base URL once.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where connections to one upstream go, and how: host and port, taken from its base URL once,
+/// and for an `https://` upstream the client config its handshakes use.
+#[derive(Debug, Clone)]
 pub(super) struct Address {
     host: String,
     port: u16,
+    tls: Option<Arc<ClientConfig>>,
 }
 
 impl Address {
-    /// `None` if the URL names no host.
-    pub(super) fn from_uri(uri: &Uri) -> Option<Self> {
+    /// `None` if the URL names no host. `tls` is used for an `https://` URL only, which
+    /// without it fails every connection as never sent.
+    pub(super) fn from_uri(uri: &Uri, tls: Option<Arc<ClientConfig>>) -> Option<Self> {
         let host = uri.host()?;
         // A URI writes an IPv6 literal in brackets; the resolver wants it bare.
         let host = host.trim_start_matches('[').trim_end_matches(']');
+        let https = uri.scheme() == Some(&Scheme::HTTPS);
         Some(Self {
             host: host.to_owned(),
-            port: uri.port_u16().unwrap_or(80),
+            port: uri.port_u16().unwrap_or(if https { 443 } else { 80 }),
+            // Without a route's own config, the platform's roots are trusted.
+            tls: https.then(|| tls.unwrap_or_else(tls::platform_client_config)),
         })
     }
 }
@@ -49,6 +60,17 @@ impl Address {
 #[derive(Debug)]
 pub(super) enum Transport {
     Tcp(TcpStream),
+    // Boxed: the TLS state is some hundreds of bytes, a TCP stream a few words.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Transport {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Transport::Tcp(stream) => stream,
+            Transport::Tls(stream) => stream.get_ref().0,
+        }
+    }
 }
 
 /// A connection's byte stream, with the switch that turns on the kernel check of reads.
@@ -89,9 +111,8 @@ impl UpstreamIo {
     /// (nothing put in `buf`) or an error. Bytes an idle connection was never meant to receive
     /// are an error too: they are not the answer to anything.
     fn kernel_read(&self) -> Poll<io::Result<()>> {
-        let socket = match &self.transport {
-            Transport::Tcp(stream) => SockRef::from(stream),
-        };
+        // Under TLS too: a close, or an alert, shows as the socket's end or as unexpected bytes.
+        let socket = SockRef::from(self.transport.tcp());
         let mut byte = [MaybeUninit::<u8>::uninit(); 1];
         match socket.peek(&mut byte) {
             Ok(0) => Poll::Ready(Ok(())),
@@ -113,6 +134,7 @@ impl AsyncRead for UpstreamIo {
     ) -> Poll<io::Result<()>> {
         let polled = match &mut self.transport {
             Transport::Tcp(stream) => Pin::new(stream).poll_read(cx, buf),
+            Transport::Tls(stream) => Pin::new(stream).poll_read(cx, buf),
         };
         if polled.is_pending() && self.checking.load(Ordering::Relaxed) {
             // The waker stays registered by the poll above, so `Pending` here is still honest.
@@ -130,6 +152,7 @@ impl AsyncWrite for UpstreamIo {
     ) -> Poll<io::Result<usize>> {
         match &mut self.transport {
             Transport::Tcp(stream) => Pin::new(stream).poll_write(cx, buf),
+            Transport::Tls(stream) => Pin::new(stream).poll_write(cx, buf),
         }
     }
 
@@ -140,38 +163,55 @@ impl AsyncWrite for UpstreamIo {
     ) -> Poll<io::Result<usize>> {
         match &mut self.transport {
             Transport::Tcp(stream) => Pin::new(stream).poll_write_vectored(cx, bufs),
+            Transport::Tls(stream) => Pin::new(stream).poll_write_vectored(cx, bufs),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
         match &self.transport {
             Transport::Tcp(stream) => stream.is_write_vectored(),
+            Transport::Tls(stream) => stream.is_write_vectored(),
         }
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match &mut self.transport {
             Transport::Tcp(stream) => Pin::new(stream).poll_flush(cx),
+            Transport::Tls(stream) => Pin::new(stream).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match &mut self.transport {
             Transport::Tcp(stream) => Pin::new(stream).poll_shutdown(cx),
+            Transport::Tls(stream) => Pin::new(stream).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Connects to the address, then, for an `https://` upstream, runs the TLS handshake (bounded
+/// on its own). A failure of either is a request never sent.
+pub(super) async fn connect(address: &Address) -> io::Result<Transport> {
+    let tcp = connect_tcp(address).await?;
+    match &address.tls {
+        None => Ok(Transport::Tcp(tcp)),
+        Some(config) => {
+            let stream = tls::connect(config, tcp, &address.host).await?;
+            Ok(Transport::Tls(Box::new(stream)))
         }
     }
 }
 
 /// Resolves the address and connects to the first of its addresses that answers, all within
 /// [`CONNECT_TIMEOUT`]. Small requests go out at once: Nagle's delay would hold each for an ACK.
-pub(super) async fn connect(address: &Address) -> io::Result<Transport> {
+async fn connect_tcp(address: &Address) -> io::Result<TcpStream> {
     let attempt = async {
         let mut last_error = None;
         for addr in tokio::net::lookup_host((address.host.as_str(), address.port)).await? {
             match TcpStream::connect(addr).await {
                 Ok(stream) => {
                     stream.set_nodelay(true)?;
-                    return Ok(Transport::Tcp(stream));
+                    return Ok(stream);
                 }
                 Err(e) => last_error = Some(e),
             }

@@ -50,6 +50,7 @@ impl Answer {
 
 #[derive(Clone)]
 pub struct TestClient {
+    addr: SocketAddr,
     base: String,
     client: Client<HttpConnector, Body>,
 }
@@ -57,9 +58,15 @@ pub struct TestClient {
 impl TestClient {
     pub fn new(addr: SocketAddr) -> Self {
         Self {
+            addr,
             base: format!("http://{addr}"),
             client: Client::builder(TokioExecutor::new()).build_http(),
         }
+    }
+
+    /// Where it connects.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// Sends a request with the given headers and body and reads the whole answer.

@@ -39,6 +39,22 @@ impl TestProxy {
     pub async fn start(toml: &str, store: Arc<dyn Store>) -> Self {
         let settings = settings(toml);
         let proxy = Proxy::with_store(&settings, store.clone());
+        Self::serve(settings, proxy, store).await
+    }
+
+    /// A proxy whose config is the file at `path`, as `--config` gives it, so that it reloads
+    /// from there; with the proxy itself, to reload it directly.
+    pub async fn from_file(path: &std::path::Path, store: Arc<dyn Store>) -> (Self, Proxy) {
+        let overrides = Overrides {
+            config: Some(path.to_owned()),
+            ..Overrides::default()
+        };
+        let settings = config::load(&overrides).unwrap_or_else(|e| panic!("refused: {e}"));
+        let proxy = Proxy::with_store(&settings, store.clone()).reload_from(overrides);
+        (Self::serve(settings, proxy.clone(), store).await, proxy)
+    }
+
+    async fn serve(settings: Settings, proxy: Proxy, store: Arc<dyn Store>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();

@@ -51,6 +51,42 @@ impl TestUpstream {
         format!("http://{}", self.addr)
     }
 
+    /// Like [`TestUpstream::start`], speaking HTTPS with `config` (which may require a client
+    /// certificate). Reach it at [`TestUpstream::https_url`].
+    pub async fn start_tls(config: Arc<rustls::ServerConfig>) -> Self {
+        let shared = Shared::default();
+        let app = axum::Router::new()
+            .fallback(handle)
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, app) = (acceptor.clone(), app.clone());
+                tokio::spawn(async move {
+                    // A client refused in the handshake (no certificate) is simply gone.
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper_util::service::TowerToHyperService::new(app);
+                    let builder = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    );
+                    let io = hyper_util::rt::TokioIo::new(tls);
+                    let _ = builder.serve_connection(io, service).await;
+                });
+            }
+        });
+        Self { addr, shared }
+    }
+
+    /// The HTTPS URL of an upstream started with [`TestUpstream::start_tls`], by the name its
+    /// certificate carries.
+    pub fn https_url(&self) -> String {
+        format!("https://localhost:{}", self.addr.port())
+    }
+
     /// Every request that reached the upstream, in order.
     pub fn seen(&self) -> Vec<Seen> {
         self.shared.seen.lock().unwrap().clone()

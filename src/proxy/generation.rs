@@ -1,0 +1,133 @@
+//! One generation of the proxy: what is built from one config, and replaced whole by a reload.
+//!
+//! Each route gets its own stack, outermost first:
+//! - the router picks the route (longest prefix, host), so the layer below sees only its own
+//!   route's requests and applies that route's policy;
+//! - the idempotency layer admits, reserves, replays or refuses before anything is sent,
+//!   so a duplicate never costs an upstream connection;
+//! - the forwarding client is innermost, so what the layer stores is exactly what the
+//!   upstream said, and "never sent" can be told from "sent, then lost".
+//!
+//! Under every route's layer, the store is wrapped, outermost first, by the replay cache (so a
+//! replay costs no round trip and no decryption) and by the sealing decorator when records are
+//! encrypted at rest.
+//!
+//! What must outlive a generation is [`Kept`]: the store itself, the replay cache, and the
+//! tracker of first requests still running upstream (a drain waits for those of every
+//! generation). Metrics and the status page's counts are process-wide already. Each route's
+//! upstream connection pool belongs to its generation: a reload may change the route's
+//! upstream, its idle time-out or its certificates, and the old pool's idle connections close
+//! once the last request of the old generation is done with them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::task::TaskTracker;
+use tower::Layer;
+
+use crate::admin::AdminView;
+use crate::config::{RouteSettings, Settings};
+use crate::idempotency::IdempotencyLayer;
+use crate::problem::ProblemLayer;
+use crate::router::{Route, Router};
+use crate::server::App;
+use crate::store::{CachingStore, ReplayCache, SealedStore, Store};
+use crate::upstream::{PoolSettings, Upstream};
+
+/// The bytes of completed records a proxy keeps in memory for replays.
+const REPLAY_CACHE_BUDGET: usize = 8 * 1024 * 1024;
+
+/// What every generation shares, built once.
+pub(super) struct Kept {
+    /// The store as opened: not sealed, as the keys may change with a reload.
+    store: Arc<dyn Store>,
+    cache: Arc<ReplayCache>,
+    pub(super) executions: TaskTracker,
+}
+
+impl Kept {
+    pub(super) fn new(store: Arc<dyn Store>) -> Self {
+        Self {
+            store,
+            cache: Arc::new(ReplayCache::new(REPLAY_CACHE_BUDGET)),
+            executions: TaskTracker::new(),
+        }
+    }
+}
+
+/// What one config makes: the app the server serves, and what the admin endpoints read.
+pub(super) struct Generation {
+    pub(super) app: App,
+    pub(super) admin: AdminView,
+}
+
+/// Builds the routes `settings` describe over what is kept, sealing records when the settings
+/// name an encryption key.
+pub(super) fn build(settings: &Settings, kept: &Kept) -> Generation {
+    let store = match &settings.encryption {
+        Some(keys) => Arc::new(SealedStore::new(kept.store.clone(), keys.clone())),
+        None => kept.store.clone(),
+    };
+    let routes = settings.routes.iter().map(|route| {
+        let layer = IdempotencyLayer::with_task_tracker(
+            cached(&store, &kept.cache, route),
+            route.policy.clone(),
+            kept.executions.clone(),
+        );
+        let pool = PoolSettings {
+            idle_timeout: route.upstream_idle_timeout,
+            ..PoolSettings::default()
+        };
+        let tls = route.upstream_tls.client_config_for_https().cloned();
+        Route {
+            path_prefix: route.path_prefix.clone(),
+            host: route.host.clone(),
+            service: layer.layer(Upstream::new(route.upstream.clone(), pool, tls)),
+        }
+    });
+    let app = App {
+        router: Router::new(routes.collect()),
+        problems: ProblemLayer::new(settings.problem_base.clone()),
+        limits: settings.limits,
+    };
+    Generation {
+        app,
+        admin: admin_view(settings, store, &kept.cache),
+    }
+}
+
+fn admin_view(settings: &Settings, store: Arc<dyn Store>, cache: &Arc<ReplayCache>) -> AdminView {
+    let policies = settings.routes.iter().map(|route| {
+        let name = route.policy.route.as_str().to_owned();
+        (name, Arc::new(route.policy.clone()))
+    });
+    AdminView {
+        // The replay cache in front, so an operator's `DELETE` drops the local copy too.
+        store: Arc::new(CachingStore::new(
+            store,
+            cache.clone(),
+            Duration::ZERO,
+            Duration::ZERO,
+        )),
+        policies: policies.collect::<HashMap<_, _>>(),
+        token: settings.admin_token.clone(),
+        problems: settings.problem_base.clone(),
+    }
+}
+
+/// A route's view of the store: replays from the shared cache for the route's
+/// `replay_cache_ttl`.
+fn cached(
+    store: &Arc<dyn Store>,
+    cache: &Arc<ReplayCache>,
+    route: &RouteSettings,
+) -> Arc<dyn Store> {
+    let (fresh_for, record_ttl) = (route.replay_cache_ttl, route.policy.ttl);
+    Arc::new(CachingStore::new(
+        store.clone(),
+        cache.clone(),
+        fresh_for,
+        record_ttl,
+    ))
+}
