@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::config::{self, LogFormat, Overrides};
-use crate::{logging, proxy, server};
+use crate::{logging, proxy};
 
 /// A reverse proxy that makes unsafe HTTP requests safe to retry with `Idempotency-Key`.
 #[derive(Debug, Clone, Default, Parser)]
@@ -96,18 +96,7 @@ pub fn run() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let _logging = logging::init(settings.log_format);
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("idempotency-proxy: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(proxy::serve(
-        settings,
-        cli.overrides(),
-        server::shutdown_signal(),
-    )) {
+    match proxy::run(settings, cli.overrides()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("idempotency-proxy: {e}");

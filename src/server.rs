@@ -49,7 +49,8 @@ use crate::upstream::{ClientAddr, ClientTls};
 use closing::{Closing, IdleLimit};
 pub(crate) use live::{App, LiveApp};
 use opening::{opening, Protocol};
-use slots::{Slot, Slots};
+use slots::Slot;
+pub(crate) use slots::Slots;
 use streams::{CountedBody, OpenStreams};
 
 /// Serves the app in force on `listener` (HTTPS only when `tls` is given) until `shutdown`
@@ -59,6 +60,7 @@ pub(crate) async fn run(
     listener: TcpListener,
     live: Arc<LiveApp>,
     tls: Option<Arc<TlsListener>>,
+    slots: Arc<Slots>,
     shutdown: impl Future<Output = ()>,
     drain_timeout: impl FnOnce() -> Duration,
 ) {
@@ -70,7 +72,6 @@ pub(crate) async fn run(
         draining: CancellationToken::new(),
         connections: TaskTracker::new(),
     };
-    let slots = Arc::new(Slots::default());
     tokio::pin!(shutdown);
     loop {
         let slot = tokio::select! {

@@ -312,3 +312,11 @@ fn no_input_panics() {
         let _ = load_str("config.toml", text, &Overrides::default());
     }
 }
+
+#[test]
+fn a_number_of_workers_outside_1_to_1024_is_refused() {
+    for value in ["0", "-1", "1025"] {
+        let text = format!("{UPSTREAM}workers = {value}\n");
+        refused(&text, 2, "workers");
+    }
+}

@@ -31,6 +31,8 @@ pub(super) struct RawFile {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drain_timeout: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub workers: Option<Spanned<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_token: Option<Spanned<String>>,
     // The limits (see `limits.rs`).
     #[serde(skip_serializing_if = "Option::is_none")]

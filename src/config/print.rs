@@ -28,6 +28,7 @@ fn to_toml(settings: &Settings) -> String {
         problem_base: unspanned(settings.problem_base.as_str().to_owned()),
         log_format: unspanned(settings.log_format),
         drain_timeout: unspanned(humane(settings.drain_timeout)),
+        workers: unspanned(i64::try_from(settings.workers).unwrap_or(i64::MAX)),
         admin_token: settings
             .admin_token
             .as_ref()

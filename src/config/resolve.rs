@@ -64,6 +64,7 @@ pub(super) fn resolve(
             .or(raw.log_format.map(Spanned::into_inner))
             .unwrap_or_default(),
         drain_timeout: drain_timeout(src, raw.drain_timeout.as_ref())?,
+        workers: workers(src, raw.workers.as_ref())?,
         admin_token: raw
             .admin_token
             .as_ref()
@@ -75,6 +76,23 @@ pub(super) fn resolve(
         tls,
         routes,
     })
+}
+
+/// One per CPU unless the file says otherwise; zero would serve no one.
+fn workers(src: &Source, file: Option<&Spanned<i64>>) -> Result<usize, ConfigError> {
+    let Some(count) = file else {
+        return Ok(std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
+    };
+    usize::try_from(*count.get_ref())
+        .ok()
+        .filter(|n| (1..=1024).contains(n))
+        .ok_or_else(|| {
+            let reason = format!(
+                "{} is not a number of workers from 1 to 1024",
+                count.get_ref()
+            );
+            src.bad(count, "workers", reason)
+        })
 }
 
 fn problem_base(src: &Source, file: Option<&Spanned<String>>) -> Result<ProblemBase, ConfigError> {

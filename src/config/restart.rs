@@ -1,6 +1,7 @@
 //! What a reload may not change (SPEC section 10): the addresses the proxy listens on, its
-//! store, whether its listener speaks HTTPS, and its log format. Each is bound once at start (a
-//! socket, an open store, the listener's protocol, the process's log writer), so a new value
+//! store, whether its listener speaks HTTPS, its log format and its number of workers. Each is
+//! bound once at start (a socket, an open store, the listener's protocol, the process's log
+//! writer, the serving threads), so a new value
 //! could only be pretended to: a reload that changes one is refused, naming the key and its
 //! line, and the running config stays.
 
@@ -18,6 +19,7 @@ pub(super) struct Positions {
     store: Option<Range<usize>>,
     tls_cert: Option<Range<usize>>,
     log_format: Option<Range<usize>>,
+    workers: Option<Range<usize>>,
 }
 
 impl Positions {
@@ -28,6 +30,7 @@ impl Positions {
             store: raw.store.as_ref().map(toml::Spanned::span),
             tls_cert: raw.tls_cert.as_ref().map(toml::Spanned::span),
             log_format: raw.log_format.as_ref().map(toml::Spanned::span),
+            workers: raw.workers.as_ref().map(toml::Spanned::span),
         }
     }
 }
@@ -77,6 +80,12 @@ pub(super) fn unchanged(
             &at.log_format,
             format!("{:?}", running.log_format).to_lowercase(),
             format!("{:?}", new.log_format).to_lowercase(),
+        ),
+        (
+            "workers",
+            &at.workers,
+            running.workers.to_string(),
+            new.workers.to_string(),
         ),
     ];
     for (key, span, was, now) in keys {

@@ -63,6 +63,9 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// How long a shutdown waits for requests in flight.
     pub drain_timeout: Duration,
+    /// How many threads serve clients, each with a runtime and a listener socket of its own
+    /// (`workers`, one per CPU by default).
+    pub workers: usize,
     /// The bearer token the admin endpoints `/metrics` and `/keys` require, if any.
     pub admin_token: Option<Secret>,
     /// The keys completed records are sealed with (`encryption_key`, `encryption_old_keys`).

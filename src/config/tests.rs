@@ -409,3 +409,14 @@ fn the_example_file_loads() {
         Some(HeaderName::from_static("authorization"))
     );
 }
+
+#[test]
+fn workers_default_to_one_per_cpu_and_are_printed() {
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let plain = settings("upstream = \"http://127.0.0.1:9000\"");
+    assert_eq!(plain.workers, cpus);
+    let three = settings("upstream = \"http://127.0.0.1:9000\"\nworkers = 3");
+    assert_eq!(three.workers, 3);
+    assert!(three.to_toml().contains("workers = 3"));
+    assert_eq!(settings(&three.to_toml()).workers, 3);
+}

@@ -31,7 +31,7 @@ use crate::config::{RouteSettings, Settings};
 use crate::idempotency::IdempotencyLayer;
 use crate::problem::ProblemLayer;
 use crate::router::{Route, Router};
-use crate::server::App;
+use crate::server::{App, Slots};
 use crate::store::{CachingStore, ReplayCache, SealedStore, Store};
 use crate::upstream::{PoolSettings, Upstream};
 
@@ -44,6 +44,8 @@ pub(super) struct Kept {
     store: Arc<dyn Store>,
     cache: Arc<ReplayCache>,
     pub(super) executions: TaskTracker,
+    /// The connections being served, by every worker: `max_connections` is for the process.
+    pub(super) slots: Arc<Slots>,
 }
 
 impl Kept {
@@ -52,6 +54,7 @@ impl Kept {
             store,
             cache: Arc::new(ReplayCache::new(REPLAY_CACHE_BUDGET)),
             executions: TaskTracker::new(),
+            slots: Arc::default(),
         }
     }
 }

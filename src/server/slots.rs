@@ -14,7 +14,7 @@ use super::live::LiveApp;
 
 /// The connections being served, and a signal when one ends.
 #[derive(Debug, Default)]
-pub(super) struct Slots {
+pub(crate) struct Slots {
     open: AtomicUsize,
     freed: Notify,
 }
