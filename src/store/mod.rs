@@ -12,6 +12,7 @@ pub mod file;
 mod memory;
 pub mod redis;
 mod redis_cluster;
+mod redis_per_thread;
 mod redis_scripts;
 mod replay_cache;
 mod sealed;

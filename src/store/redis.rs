@@ -40,6 +40,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Cmd, ErrorKind, RedisError, ServerErrorKind};
 
 use super::api::{Fenced, Reservation, Store, StoreError};
+use super::redis_per_thread::{Connect, PerThread};
 use super::redis_scripts::{Lua, COMPLETE, GET, RELEASE, RENEW, RESERVE};
 use crate::model::{CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, ScopedKey};
 
@@ -61,7 +62,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisConnection for C {}
 /// A store in Redis, reached through a self-reconnecting multiplexed connection: one Redis by
 /// default, or a Redis Cluster (`RedisClusterStore`).
 #[derive(Clone)]
-pub struct RedisStore<C = ConnectionManager> {
+pub struct RedisStore<C = PerThread<ConnectionManager>> {
     conn: C,
     prefix: String,
     op_timeout: Duration,
@@ -72,7 +73,7 @@ pub struct RedisStore<C = ConnectionManager> {
     native_reserve: Arc<AtomicBool>,
 }
 
-impl RedisStore<ConnectionManager> {
+impl RedisStore<PerThread<ConnectionManager>> {
     /// Connects to `url` (`redis://` or `rediss://`); every key the store writes starts with
     /// `prefix`. Fails with `Unavailable` or `Timeout` when Redis cannot be reached within a few
     /// seconds, and with `Open` when the URL is not one.
@@ -81,7 +82,7 @@ impl RedisStore<ConnectionManager> {
             .map_err(|e| StoreError::Open(redact(url, None, format!("invalid Redis URL: {e}"))))?;
         let password = client.get_connection_info().redis_settings().password();
         let password = password.map(str::to_owned);
-        let connecting = ConnectionManager::new_with_config(client, manager_config());
+        let connecting = ConnectionManager::new_with_config(client.clone(), manager_config());
         let conn = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => {
@@ -91,7 +92,17 @@ impl RedisStore<ConnectionManager> {
             }
             Err(_) => return Err(StoreError::Timeout(CONNECT_TIMEOUT)),
         };
-        Ok(Self::with_connection(conn, prefix, "single"))
+        let connect: Connect<ConnectionManager> = Arc::new(move || {
+            Box::pin(ConnectionManager::new_with_config(
+                client.clone(),
+                manager_config(),
+            ))
+        });
+        Ok(Self::with_connection(
+            PerThread::new(conn, connect),
+            prefix,
+            "single",
+        ))
     }
 }
 

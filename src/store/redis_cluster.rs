@@ -32,9 +32,10 @@ use redis::{Client, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use super::api::StoreError;
 use super::redis::{redact, RedisStore, CONNECTION_TIMEOUT, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+use super::redis_per_thread::{Connect, PerThread};
 
 /// A store on a Redis Cluster.
-pub type RedisClusterStore = RedisStore<ClusterLink>;
+pub type RedisClusterStore = RedisStore<PerThread<ClusterLink>>;
 
 /// Failures in a row (no success between them) that can mean the connection is wedged, when they
 /// also span `STUCK_AFTER`. Several, so one unlucky request does not replace a connection.
@@ -46,7 +47,7 @@ const STUCK_AFTER: Duration = Duration::from_secs(1);
 /// only a failed master's keys are in use), doubling from `STUCK_AFTER`.
 const STUCK_AFTER_MAX: Duration = Duration::from_secs(30);
 
-impl RedisStore<ClusterLink> {
+impl RedisStore<PerThread<ClusterLink>> {
     /// Connects to the cluster that `nodes` (`redis://HOST:PORT` seed URLs; one reachable node is
     /// enough) belong to; every key the store writes starts with `prefix`. Fails with
     /// `Unavailable` or `Timeout` when no seed answers with a slot map within a few seconds, and
@@ -61,8 +62,20 @@ impl RedisStore<ClusterLink> {
                 StoreError::Open(redact_all(nodes, message))
             })?;
         let conn = connect(&client, nodes).await?;
-        let link = ClusterLink::new(client, nodes.to_vec(), conn);
-        Ok(Self::with_connection(link, prefix, "cluster"))
+        let link = ClusterLink::new(client.clone(), nodes.to_vec(), conn);
+        let nodes = nodes.to_vec();
+        let another: Connect<ClusterLink> = Arc::new(move || {
+            let (client, nodes) = (client.clone(), nodes.clone());
+            Box::pin(async move {
+                let conn = client.get_async_connection().await?;
+                Ok(ClusterLink::new(client, nodes, conn))
+            })
+        });
+        Ok(Self::with_connection(
+            PerThread::new(link, another),
+            prefix,
+            "cluster",
+        ))
     }
 }
 
