@@ -162,6 +162,10 @@ enum Exchange {
     Closed,
 }
 
+/// A connection idle for less than this is taken without asking the kernel whether it is
+/// still open: no upstream closes a keep-alive connection for idling that soon.
+const JUST_USED: Duration = Duration::from_millis(10);
+
 /// How many idle lists a pool keeps; threads beyond this many share them.
 const LISTS: usize = 8;
 
@@ -200,19 +204,28 @@ impl Pool {
     /// dropped on the way.
     pub(super) fn checkout(&self) -> Option<PooledConnection> {
         loop {
-            let mut connection = self.pop_newest()?;
-            if connection.is_open() {
+            let (mut connection, idle_for) = self.pop_newest()?;
+            // A connection back from its last exchange a moment ago has had no time to be
+            // closed for idling; asking the kernel about it would cost a system call per request.
+            let open = if idle_for < JUST_USED {
+                matches!(connection.state(), Exchange::Over)
+            } else {
+                connection.is_open()
+            };
+            if open {
                 return Some(connection);
             }
         }
     }
 
-    fn pop_newest(&self) -> Option<PooledConnection> {
+    /// The connection most recently checked in, and how long it has been idle.
+    fn pop_newest(&self) -> Option<(PooledConnection, Duration)> {
         let now = Instant::now();
         let mut list = self.lock(list_of_this_thread());
         let newest = list.connections.pop_back()?;
-        if now.saturating_duration_since(newest.since) < self.settings.idle_timeout {
-            return Some(newest.connection);
+        let idle_for = now.saturating_duration_since(newest.since);
+        if idle_for < self.settings.idle_timeout {
+            return Some((newest.connection, idle_for));
         }
         // The newest is past its time, so every older one is too.
         let expired = std::mem::take(&mut list.connections);
