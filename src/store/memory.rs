@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use super::api::{Fenced, Reservation, Store, StoreError};
+use super::api::{Fenced, Removal, Removed, Reservation, Store, StoreError};
 use crate::model::{CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, ScopedKey};
 
 /// Records are spread over this many maps, each behind its own lock, so that neither a busy
@@ -178,12 +178,19 @@ impl Store for MemoryStore {
         Ok(live.map(|(record, expires)| (record.clone(), *expires - now)))
     }
 
-    async fn remove(&self, key: &ScopedKey) -> Result<bool, StoreError> {
+    async fn remove(&self, key: &ScopedKey, removal: Removal) -> Result<Removed, StoreError> {
         let storage_key = key.storage_key();
         let mut entries = self.entries(storage_key);
-        let existed = entries.live(storage_key, Instant::now()).is_some();
+        let found = entries.live(storage_key, Instant::now());
+        let answer = match found {
+            None => Removed::Missing,
+            Some((Record::InFlight(_), _)) if removal == Removal::CompletedOnly => {
+                return Ok(Removed::KeptInFlight)
+            }
+            Some(_) => Removed::Removed,
+        };
         entries.records.remove(storage_key);
-        Ok(existed)
+        Ok(answer)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
