@@ -224,9 +224,7 @@ async fn serve_on_workers(settings: Settings, overrides: Overrides) -> Result<()
     let proxy = Proxy::open(&settings).await?.reload_from(overrides);
     // Before the listener is bound: from then on a SIGHUP must reload, never end the process.
     let hangups = reload_on_hangup(&proxy);
-    let listeners = (0..settings.workers)
-        .map(|_| reuse_port_listener(settings.listen))
-        .collect::<Result<Vec<_>, _>>()?;
+    let listeners = worker_listeners(settings.listen, settings.workers)?;
     let admin = match settings.admin_listen {
         Some(addr) => Some(spawn_admin(&proxy, addr).await?),
         None => None,
@@ -283,6 +281,26 @@ fn spawn_worker(
                 proxy.serve(listener, shutdown).await;
             });
         })
+}
+
+/// One listener per worker, all on `addr`, sharing it by `SO_REUSEPORT`.
+///
+/// The address is first bound for a moment without `SO_REUSEPORT`: that fails when anything
+/// already listens there, so a second proxy started on a running one's address stops with
+/// "address in use" instead of joining its group and taking a share of its connections (the
+/// kernel lets any process of the same user join). It also turns a port of 0 into the one
+/// port every worker then shares.
+fn worker_listeners(
+    addr: SocketAddr,
+    workers: usize,
+) -> Result<Vec<std::net::TcpListener>, StartError> {
+    let probe =
+        std::net::TcpListener::bind(addr).map_err(|source| StartError::Bind { addr, source })?;
+    let addr = probe
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr, source })?;
+    drop(probe);
+    (0..workers).map(|_| reuse_port_listener(addr)).collect()
 }
 
 /// A listener on `addr` that other sockets may share (`SO_REUSEPORT`), one per worker.

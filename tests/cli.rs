@@ -137,6 +137,27 @@ async fn the_binary_proxies_and_exits_0_on_sigterm() {
 }
 
 #[tokio::test]
+async fn a_second_proxy_on_a_running_ones_address_does_not_start() {
+    let upstream = TestUpstream::start().await;
+    let (first, client) = start_binary(&upstream.url(), &["--store", "memory"]).await;
+    let listen = client.addr().to_string();
+    let second = tokio::process::Command::new(BIN)
+        .args(["--upstream", &upstream.url(), "--store", "memory"])
+        .args(["--listen", &listen])
+        .output();
+    let second = tokio::time::timeout(Duration::from_secs(10), second)
+        .await
+        .expect("the second proxy exits rather than serving")
+        .unwrap();
+    assert!(!second.status.success());
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(stderr.contains(&listen), "{stderr}");
+    assert_eq!(client.post("/v1/x", "first-serves", "{}").await.status, 201);
+    sigterm(&first);
+    assert_eq!(exit_code(first).await, Some(0));
+}
+
+#[tokio::test]
 async fn sigterm_lets_a_request_in_flight_finish_before_exiting() {
     let upstream = TestUpstream::start().await;
     let (child, client) = start_binary(&upstream.url(), &["--store", "memory"]).await;
