@@ -21,6 +21,7 @@ use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 
 use crate::config::Settings;
+pub use crate::model::InboxQueues;
 use crate::model::{now_millis, RouteName};
 use crate::store::{StoreError, StoreSpec};
 use activity::RouteActivity;
@@ -49,19 +50,6 @@ struct Running {
 pub(crate) struct Reload {
     pub(crate) at_ms: u64,
     pub(crate) applied: bool,
-}
-
-/// An inbox route's queues (SPEC section 11), as its `GET /inbox/{route}` reports them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct InboxQueues {
-    /// Deliveries waiting for their next attempt.
-    pub pending: u64,
-    /// Deliveries being attempted now.
-    pub in_flight: u64,
-    /// Deliveries that ran out of attempts or age, kept for an operator.
-    pub dead: u64,
-    /// How long the oldest pending delivery has waited, in whole seconds.
-    pub oldest_pending_seconds: u64,
 }
 
 /// Reads an inbox route's queues for the status page. A route shows an inbox section exactly
