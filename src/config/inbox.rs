@@ -12,7 +12,7 @@ use super::file::{unspanned, PolicyTable};
 use super::source::Source;
 use super::values::{duration, status};
 use crate::idempotency::policy::{Policy, RouteMode};
-use crate::inbox::DeliveryPolicy;
+use crate::inbox::policy::DeliveryPolicy;
 
 /// Sets every inbox key the table names; the others keep their inherited value.
 pub(super) fn apply(
@@ -60,7 +60,7 @@ pub(super) fn apply(
         &table.deliver_rate,
         &mut delivery.deliver_rate,
         |n| {
-            let rate = positive(*n, 1_000_000)? as u32;
+            let rate = positive(*n, 100_000)? as u32;
             Ok(NonZeroU32::new(rate))
         },
     )

@@ -8,7 +8,7 @@ use http::StatusCode;
 
 use super::*;
 use crate::idempotency::policy::RouteMode;
-use crate::inbox::DeliveryPolicy;
+use crate::inbox::policy::DeliveryPolicy;
 
 const UPSTREAM: &str = "upstream = \"http://127.0.0.1:9000\"\n";
 
@@ -17,7 +17,10 @@ fn load_text(text: &str) -> Result<Settings, ConfigError> {
 }
 
 fn route<'a>(settings: &'a Settings, name: &str) -> &'a RouteSettings {
-    let found = settings.routes.iter().find(|r| r.policy.route.as_str() == name);
+    let found = settings
+        .routes
+        .iter()
+        .find(|r| r.policy.route.as_str() == name);
     found.unwrap_or_else(|| panic!("no route {name}"))
 }
 
@@ -101,7 +104,10 @@ fn check_prints_the_inbox_keys_and_they_load_back() {
     }
     let again = load_text(&printed).unwrap_or_else(|e| panic!("{e}\n{printed}"));
     assert_eq!(again.to_toml(), printed);
-    assert_eq!(route(&again, "github").delivery, route(&settings, "github").delivery);
+    assert_eq!(
+        route(&again, "github").delivery,
+        route(&settings, "github").delivery
+    );
 }
 
 /// A route table starting on line 2, then `key = value` on line 6.

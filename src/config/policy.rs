@@ -10,7 +10,7 @@ use super::settings::RouteSettings;
 use super::source::Source;
 use super::values::{duration, header, headers, json_pointer, method, optional_header, status};
 use crate::idempotency::policy::{KeySource, Policy};
-use crate::inbox::DeliveryPolicy;
+use crate::inbox::policy::DeliveryPolicy;
 use crate::model::jcs::JsonPointer;
 use crate::model::FingerprintBody;
 use crate::tls::UpstreamTls;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::idempotency::Policy;
-use crate::inbox::DeliveryPolicy;
+use crate::inbox::policy::DeliveryPolicy;
 use crate::problem::ProblemBase;
 use crate::secret::Secret;
 use crate::store::{SealingKeys, StoreSpec};
