@@ -85,7 +85,7 @@ async fn acks_while_the_upstream_is_down_then_delivers_each_once_with_its_key() 
         assert!(!answer.replayed());
         ids.push(answer.json()["delivery"].as_str().unwrap().to_owned());
     }
-    for n in 0..5 {
+    for (n, id) in ids.iter().enumerate().take(5) {
         let again = hook(&proxy.client, &format!("evt-{n}"), "{\"a\":1}").await;
         assert_eq!(again.status, 202);
         assert!(
@@ -94,7 +94,7 @@ async fn acks_while_the_upstream_is_down_then_delivers_each_once_with_its_key() 
         );
         assert_eq!(
             again.json()["delivery"],
-            ids[n],
+            *id,
             "the same delivery, not a second one"
         );
     }
