@@ -294,5 +294,13 @@ async fn a_request_without_a_key_is_proxied_and_nothing_is_queued() {
     assert_eq!(upstream.arrivals("").len(), 1);
     let counted = queues(&proxy).await;
     assert_eq!(counted["pending"], 0);
+    let status = proxy.admin.send("GET", "/status", &[], "").await.json();
+    let routes = status["routes"].as_array().unwrap();
+    let section = |name: &str| {
+        let route = routes.iter().find(|r| r["name"] == name).unwrap();
+        route.get("inbox").cloned()
+    };
+    assert_eq!(section("hooks").unwrap()["state"], "ok", "{status}");
+    assert!(section("api").is_none(), "a proxy route shows no queues");
     proxy.shutdown().await;
 }

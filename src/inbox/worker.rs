@@ -207,3 +207,67 @@ pub(crate) fn settle_as(
     let due = now + backoff(policy, delivery.attempts, random_sample());
     (Settlement::Retry { due, failure }, AttemptOutcome::Failed)
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use http::{HeaderMap, Method, StatusCode};
+
+    use super::*;
+    use crate::model::{IdempotencyKey, ScopedKey, StoredRequest};
+
+    fn delivery(attempts: u32, age: Duration, now: SystemTime) -> Delivery {
+        let key = IdempotencyKey::new("k").unwrap();
+        let key = ScopedKey::new(RouteName::new("hooks").unwrap(), None, key);
+        let request = StoredRequest {
+            method: Method::POST,
+            target: "/".into(),
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+        };
+        let mut delivery = Delivery::new(key, request);
+        delivery.attempts = attempts;
+        delivery.received_at = now - age;
+        delivery
+    }
+
+    fn failed() -> AttemptResult {
+        AttemptResult::Failed(AttemptFailure {
+            status: Some(StatusCode::BAD_GATEWAY),
+            error: Some("upstream answered 502".into()),
+        })
+    }
+
+    #[test]
+    fn a_failure_is_retried_below_its_ceiling_until_attempts_or_age_run_out() {
+        let policy = DeliveryPolicy {
+            max_attempts: 5,
+            max_age: Duration::from_secs(3600),
+            ..DeliveryPolicy::default()
+        };
+        let now = SystemTime::now();
+        let minute = Duration::from_secs(60);
+        let (retry, outcome) = settle_as(&policy, &delivery(3, minute, now), failed(), now);
+        assert_eq!(outcome, AttemptOutcome::Failed);
+        let Settlement::Retry { due, failure } = retry else {
+            panic!("retried, got {retry:?}")
+        };
+        assert!(
+            due >= now && due <= now + Duration::from_secs(4),
+            "third failure: up to 4s"
+        );
+        assert_eq!(failure.status, Some(StatusCode::BAD_GATEWAY));
+        let (_, outcome) = settle_as(&policy, &delivery(5, minute, now), failed(), now);
+        assert_eq!(outcome, AttemptOutcome::Dead, "out of attempts");
+        let old = Duration::from_secs(3600);
+        let (dead, outcome) = settle_as(&policy, &delivery(1, old, now), failed(), now);
+        assert_eq!(outcome, AttemptOutcome::Dead, "out of age");
+        assert!(matches!(dead, Settlement::Dead { .. }));
+        let ok = AttemptResult::Delivered(StatusCode::OK);
+        let (done, outcome) = settle_as(&policy, &delivery(5, old, now), ok, now);
+        assert_eq!(
+            (done, outcome),
+            (Settlement::Delivered, AttemptOutcome::Delivered)
+        );
+    }
+}
