@@ -118,8 +118,9 @@ impl Worker {
             .await?;
         rate.started(Instant::now(), claims.len());
         for claim in &claims {
-            // Only this loop takes permits, and it asked for no more than were free.
-            let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            // It asked for no more than were free, so this waits only when the worker of an
+            // earlier generation took a slot meanwhile (slots are shared across a reload).
+            let Ok(permit) = self.permits.clone().acquire_owned().await else {
                 break;
             };
             let worker = self.clone();
