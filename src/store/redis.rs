@@ -39,9 +39,9 @@ use bytes::Bytes;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Cmd, ErrorKind, RedisError, ServerErrorKind};
 
-use super::api::{Fenced, Reservation, Store, StoreError};
+use super::api::{Fenced, Removal, Removed, Reservation, Store, StoreError};
 use super::redis_per_thread::{Connect, PerThread};
-use super::redis_scripts::{Lua, COMPLETE, GET, RELEASE, RENEW, RESERVE};
+use super::redis_scripts::{Lua, COMPLETE, GET, RELEASE, REMOVE, RENEW, RESERVE};
 use crate::model::{CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, ScopedKey};
 
 /// What every key the proxy writes starts with, unless the operator picks another prefix.
@@ -337,12 +337,22 @@ impl<C: RedisConnection> Store for RedisStore<C> {
         Ok(Some((decode(raw)?, left)))
     }
 
-    async fn remove(&self, key: &ScopedKey) -> Result<bool, StoreError> {
-        let key = self.key(key);
-        let removed: i64 = self
-            .run(|mut conn| async move { redis::cmd("DEL").arg(key).query_async(&mut conn).await })
+    async fn remove(&self, key: &ScopedKey, removal: Removal) -> Result<Removed, StoreError> {
+        let forced: &[u8] = if removal == Removal::Forced {
+            b"1"
+        } else {
+            b"0"
+        };
+        let args = [forced];
+        let call = REMOVE.on(self.key(key), &args);
+        let answer: i64 = self
+            .run(|mut conn| async move { call.run(&mut conn).await })
             .await?;
-        Ok(removed > 0)
+        Ok(match answer {
+            1 => Removed::Removed,
+            -1 => Removed::KeptInFlight,
+            _ => Removed::Missing,
+        })
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
