@@ -85,6 +85,9 @@ pub enum ProxyError {
     /// would let a retry run the operation again while the first run goes on.
     #[error("the request holding this key is still running, and removing its record would let a retry run it a second time; add ?force=true to remove it anyway")]
     RecordInFlight,
+    /// On the admin listener: no dead delivery of that id on the inbox route an operator named.
+    #[error("no dead delivery of this id is kept on this inbox route")]
+    NoDelivery,
     /// On the admin listener: a reload refused, with the one line saying why (file, line,
     /// key); the running config stays.
     #[error("{0}")]
@@ -156,6 +159,7 @@ impl ProxyError {
             ),
             Self::NoRecord => meta(S::NOT_FOUND, "no-record", "No record"),
             Self::RecordInFlight => meta(S::CONFLICT, "request-in-flight", "Request in flight"),
+            Self::NoDelivery => meta(S::NOT_FOUND, "no-delivery", "No such delivery"),
             Self::BadConfig(_) => meta(S::BAD_REQUEST, "bad-config", "Configuration refused"),
         }
     }
@@ -308,6 +312,7 @@ mod tests {
             ProxyError::UnreadableBody,
             ProxyError::BadRequest("x"),
             ProxyError::BadSignature("x"),
+            ProxyError::NoDelivery,
             ProxyError::BadConfig("x".into()),
         ];
         let kinds: std::collections::HashSet<_> =

@@ -7,6 +7,10 @@
 //! `REQUIRE_REDIS=1`.
 
 mod common;
+#[path = "store_suite/inbox.rs"]
+mod inbox_cases;
+
+use inbox_cases::*;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -96,7 +100,10 @@ macro_rules! store_suite {
         ]);
     };
     (@cases $backend:ident, [$($case:ident),* $(,)?]) => {
-        mod $backend {
+        store_suite!(@named $backend, $backend, [$($case),*]);
+    };
+    (@named $module:ident, $backend:ident, [$($case:ident),* $(,)?]) => {
+        mod $module {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
@@ -110,6 +117,21 @@ macro_rules! store_suite {
     };
 }
 
+/// The inbox cases (`store_suite/inbox.rs`), in a module of their own per backend.
+macro_rules! inbox_suite {
+    ($module:ident => $backend:ident) => {
+        store_suite!(@named $module, $backend, [
+            accept_records_the_ack_and_queues_once,
+            claims_lease_deliveries_until_their_lease_runs_out,
+            a_late_settlement_is_fenced_off,
+            a_retry_is_due_again_with_its_failure,
+            dead_deliveries_page_revive_and_go,
+            queues_report_the_oldest_waiting,
+            concurrent_claims_hand_each_delivery_out_once,
+        ]);
+    };
+}
+
 store_suite!(memory);
 store_suite!(file);
 store_suite!(sealed);
@@ -117,6 +139,11 @@ store_suite!(cached);
 store_suite!(redis);
 store_suite!(redis_script);
 store_suite!(cluster);
+
+inbox_suite!(memory_inbox => memory);
+inbox_suite!(file_inbox => file);
+inbox_suite!(sealed_inbox => sealed);
+inbox_suite!(cached_inbox => cached);
 
 const LONG: Duration = Duration::from_secs(30);
 

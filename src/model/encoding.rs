@@ -239,7 +239,7 @@ fn decode_completed(
 }
 
 /// Takes a length-prefixed field; `width` is the size of the prefix in bytes (2 or 4).
-fn take(buf: &mut Bytes, width: usize) -> Result<Bytes, RecordError> {
+pub(super) fn take(buf: &mut Bytes, width: usize) -> Result<Bytes, RecordError> {
     need(buf, width)?;
     let len = if width == 2 {
         buf.get_u16() as usize
@@ -250,7 +250,7 @@ fn take(buf: &mut Bytes, width: usize) -> Result<Bytes, RecordError> {
     Ok(buf.split_to(len))
 }
 
-fn need(buf: &Bytes, len: usize) -> Result<(), RecordError> {
+pub(super) fn need(buf: &Bytes, len: usize) -> Result<(), RecordError> {
     if buf.remaining() < len {
         return Err(RecordError("truncated"));
     }

@@ -144,6 +144,16 @@ impl ClientScope {
         Self(Sha256::digest(secret).into())
     }
 
+    /// The scope whose digest this is (as stored).
+    pub fn from_digest(digest: [u8; 32]) -> Self {
+        Self(digest)
+    }
+
+    /// The digest's bytes, as stored.
+    pub fn digest(&self) -> &[u8; 32] {
+        &self.0
+    }
+
     /// The digest in lower-case hex, as store names carry it.
     pub fn to_hex(&self) -> String {
         hex::encode(self.0)
@@ -182,6 +192,11 @@ impl ScopedKey {
     /// The route the key belongs to.
     pub fn route(&self) -> &RouteName {
         &self.route
+    }
+
+    /// The client scope, where the route names one.
+    pub fn scope(&self) -> Option<&ClientScope> {
+        self.scope.as_ref()
     }
 
     /// The client's key.

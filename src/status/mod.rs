@@ -21,6 +21,7 @@ use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 
 use crate::config::Settings;
+pub use crate::model::InboxQueues;
 use crate::model::{now_millis, RouteName};
 use crate::store::{StoreError, StoreSpec};
 use activity::RouteActivity;
@@ -49,19 +50,6 @@ struct Running {
 pub(crate) struct Reload {
     pub(crate) at_ms: u64,
     pub(crate) applied: bool,
-}
-
-/// An inbox route's queues (SPEC section 11), as its `GET /inbox/{route}` reports them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct InboxQueues {
-    /// Deliveries waiting for their next attempt.
-    pub pending: u64,
-    /// Deliveries being attempted now.
-    pub in_flight: u64,
-    /// Deliveries that ran out of attempts or age, kept for an operator.
-    pub dead: u64,
-    /// How long the oldest pending delivery has waited, in whole seconds.
-    pub oldest_pending_seconds: u64,
 }
 
 /// Reads an inbox route's queues for the status page. A route shows an inbox section exactly
@@ -119,6 +107,15 @@ impl Status {
         inboxes.insert(route.clone(), stats);
     }
 
+    /// No route is an inbox on the page until [`set_inbox`](Self::set_inbox) says so again
+    /// (a reload may have turned one back into a proxy).
+    pub fn clear_inboxes(&self) {
+        self.inboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
     /// The digest of the config that is running ([`config_digest`]).
     pub fn running_digest(&self) -> String {
         self.running().digest.clone()
@@ -141,12 +138,7 @@ fn routes_of(settings: &Settings) -> Vec<(RouteName, Arc<RouteActivity>)> {
 
 /// The store's kind only: its address may carry a password.
 fn store_kind(spec: &StoreSpec) -> &'static str {
-    match spec {
-        StoreSpec::Memory => "memory",
-        StoreSpec::File(_) => "file",
-        StoreSpec::Redis(_) => "redis",
-        StoreSpec::RedisCluster(_) => "redis-cluster",
-    }
+    spec.kind()
 }
 
 #[cfg(test)]

@@ -11,26 +11,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::model::{
-    CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, RecordError, ScopedKey,
-};
+pub use super::answers::{Fenced, StoreError};
+use super::inbox::Inbox;
 
-/// What can go wrong talking to a store. None of it reaches a client beyond `store-unavailable`.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The store could not be reached, or failed the operation.
-    #[error("store unreachable: {0}")]
-    Unavailable(String),
-    /// The store did not answer within the operation time-out.
-    #[error("store operation timed out after {0:?}")]
-    Timeout(Duration),
-    /// A stored record could not be decoded (or opened): it is never replayed.
-    #[error(transparent)]
-    Corrupt(#[from] RecordError),
-    /// The store could not be opened at start-up.
-    #[error("cannot open store: {0}")]
-    Open(String),
-}
+use crate::model::{CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, ScopedKey};
 
 /// The answer to `reserve`: the key is ours now, or what was already there.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,15 +34,6 @@ impl From<Record> for Reservation {
             Record::Completed(r) => Reservation::Completed(r),
         }
     }
-}
-
-/// Whether a fenced write (`complete`, `renew`, `release`) found its reservation still current.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fenced {
-    /// The write was applied.
-    Applied,
-    /// The lease ran out and the key was freed or taken over; nothing was written.
-    LeaseLost,
 }
 
 /// What an operator's removal may drop.
@@ -121,4 +96,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Checks that the store answers.
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// The same store's inbox queues, where it can keep them (SPEC section 11). Decorators
+    /// answer for themselves when what they wrap can, so inbox operations pass through them.
+    fn inbox(&self) -> Option<&dyn Inbox> {
+        None
+    }
 }

@@ -17,13 +17,14 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 
 use super::api::{Fenced, Removal, Removed, Reservation, Store, StoreError};
+use super::inbox::Inbox;
 use super::replay_cache::ReplayCache;
 use crate::model::{CompletedRecord, FencingToken, Fingerprint, Record, ScopedKey};
 
 /// Any store, with completed records copied into a shared in-memory cache for a short while.
 #[derive(Debug)]
 pub struct CachingStore<S: ?Sized = dyn Store> {
-    inner: Arc<S>,
+    pub(super) inner: Arc<S>,
     cache: Arc<ReplayCache>,
     /// How long a copy is served after it was stored; zero turns the cache off.
     fresh_for: Duration,
@@ -126,6 +127,11 @@ impl<S: Store + ?Sized> Store for CachingStore<S> {
 
     async fn ping(&self) -> Result<(), StoreError> {
         self.inner.ping().await
+    }
+
+    fn inbox(&self) -> Option<&dyn Inbox> {
+        self.inner.inbox()?;
+        Some(self)
     }
 }
 

@@ -1,17 +1,24 @@
 //! The in-process store: for tests and trials. Everything is lost on restart.
 //!
+//! Inbox routes' queues live beside the records (`memory_inbox.rs`).
+//!
 //! Expiry uses tokio's clock, so tests can pause time and step over a lease or a TTL.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::api::{Fenced, Removal, Removed, Reservation, Store, StoreError};
-use crate::model::{CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, ScopedKey};
+use super::inbox::{Acceptance, Claim, Inbox, Settlement};
+use super::memory_inbox::MemoryQueues;
+use crate::model::{
+    CompletedRecord, Delivery, DeliveryId, FencingToken, Fingerprint, InFlightRecord, InboxQueues,
+    Record, RouteName, ScopedKey,
+};
 
 /// Records are spread over this many maps, each behind its own lock, so that neither a busy
 /// key nor a map growing past a resize stalls every other request.
@@ -22,6 +29,8 @@ const SHARDS: usize = 16;
 pub struct MemoryStore {
     shards: Box<[Mutex<Entries>]>,
     hasher: RandomState,
+    /// Inbox routes' queues (`memory_inbox.rs`).
+    pub(super) queues: MemoryQueues,
 }
 
 impl Default for MemoryStore {
@@ -29,6 +38,7 @@ impl Default for MemoryStore {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: RandomState::new(),
+            queues: MemoryQueues::default(),
         }
     }
 }
@@ -195,6 +205,79 @@ impl Store for MemoryStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    fn inbox(&self) -> Option<&dyn Inbox> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Inbox for MemoryStore {
+    async fn accept(
+        &self,
+        key: &ScopedKey,
+        ack: &CompletedRecord,
+        delivery: &Delivery,
+        ttl: Duration,
+    ) -> Result<Acceptance, StoreError> {
+        let storage_key = key.storage_key();
+        let now = Instant::now();
+        // The shard stays locked while the delivery is queued: record and delivery appear
+        // together or not at all.
+        let mut entries = self.entries(storage_key);
+        if let Some((record, _)) = entries.live(storage_key, now) {
+            return Ok(Acceptance::Existing(record.clone()));
+        }
+        self.queues.push(key.route(), delivery.clone());
+        let record = Record::Completed(ack.detached());
+        entries.insert(storage_key.to_owned(), record, now + ttl);
+        Ok(Acceptance::Queued)
+    }
+
+    async fn claim(
+        &self,
+        queue: &RouteName,
+        now: SystemTime,
+        max: usize,
+        lease: Duration,
+    ) -> Result<Vec<Claim>, StoreError> {
+        Ok(self.queues.claim(queue, now, max, lease))
+    }
+
+    async fn settle(
+        &self,
+        queue: &RouteName,
+        claim: &Claim,
+        settlement: &Settlement,
+    ) -> Result<Fenced, StoreError> {
+        Ok(self.queues.settle(queue, claim, settlement))
+    }
+
+    async fn queues(&self, queue: &RouteName, now: SystemTime) -> Result<InboxQueues, StoreError> {
+        Ok(self.queues.queues(queue, now))
+    }
+
+    async fn dead(
+        &self,
+        queue: &RouteName,
+        limit: usize,
+        after: Option<DeliveryId>,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        Ok(self.queues.dead(queue, limit, after))
+    }
+
+    async fn retry_dead(
+        &self,
+        queue: &RouteName,
+        id: DeliveryId,
+        now: SystemTime,
+    ) -> Result<bool, StoreError> {
+        Ok(self.queues.retry_dead(queue, id, now))
+    }
+
+    async fn remove_dead(&self, queue: &RouteName, id: DeliveryId) -> Result<bool, StoreError> {
+        Ok(self.queues.remove_dead(queue, id))
     }
 }
 

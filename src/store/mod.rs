@@ -1,15 +1,20 @@
 //! Where records live: the store contract (`api.rs`), one file per backend, and the decorators
-//! that wrap any backend (encryption at rest, the local replay cache).
+//! that wrap any backend (encryption at rest, the local replay cache); `inbox.rs` is the
+//! contract of inbox routes' queues, which a backend keeps beside its records.
 //!
 //! Nothing here knows about HTTP requests or the idempotency layer: stores trade only in the
 //! shared vocabulary of `crate::model` (scoped keys, fingerprints, records).
 
 use std::sync::Arc;
 
+mod answers;
 mod api;
 mod caching;
+mod caching_inbox;
 pub mod file;
+mod inbox;
 mod memory;
+mod memory_inbox;
 pub mod redis;
 mod redis_cluster;
 mod redis_per_thread;
@@ -21,6 +26,7 @@ mod spec;
 pub use api::{Fenced, Removal, Removed, Reservation, Store, StoreError};
 pub use caching::CachingStore;
 pub use file::FileStore;
+pub use inbox::{Acceptance, Claim, Inbox, Settlement};
 pub use memory::MemoryStore;
 pub use redis::{RedisConnection, RedisStore};
 pub use redis_cluster::RedisClusterStore;

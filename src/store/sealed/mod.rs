@@ -8,7 +8,7 @@
 //! `MAGIC ‖ nonce ‖ ciphertext` and whose status and headers say nothing; its fingerprint and
 //! fencing token stay in clear, because the stores' fencing scripts compare the token prefix
 //! and the fingerprint is only a digest. In-flight records carry nothing secret and pass as
-//! they are.
+//! they are. Inbox deliveries are sealed as well (`inbox.rs`).
 //!
 //! The client's key is hashed in every name the inner store sees
 //! ([`ScopedKey::with_hashed_key`]), so a dump shows no raw idempotency key either. Records
@@ -29,10 +29,12 @@ use chacha20poly1305::Nonce;
 use http::{HeaderMap, StatusCode};
 
 use super::api::{Fenced, Removal, Removed, Reservation, Store, StoreError};
+use super::inbox::Inbox;
 use crate::model::{
     CompletedRecord, FencingToken, Fingerprint, Record, RecordError, ScopedKey, StoredBody,
 };
 
+mod inbox;
 mod keys;
 #[cfg(test)]
 mod tests;
@@ -60,33 +62,35 @@ impl<S: Store + ?Sized> SealedStore<S> {
     /// Seals `record` for the store name `name`.
     fn seal(&self, name: &str, record: &CompletedRecord) -> Result<CompletedRecord, StoreError> {
         let plain = Record::Completed(record.clone()).encode();
-        let nonce = Nonce::try_generate()
-            .map_err(|e| StoreError::Unavailable(format!("no randomness for a nonce: {e}")))?;
-        let sealed = self
-            .keys
-            .current()
-            .seal(&nonce, &plain, name.as_bytes())
-            .ok_or_else(|| StoreError::Unavailable("the record is too large to seal".into()))?;
-        let mut body = BytesMut::with_capacity(MAGIC.len() + NONCE_LEN + sealed.len());
-        body.put_slice(MAGIC);
-        body.put_slice(&nonce);
-        body.put_slice(&sealed);
         Ok(CompletedRecord {
             fingerprint: record.fingerprint,
             token: record.token,
             created_at: record.created_at,
             status: ENVELOPE_STATUS,
             headers: HeaderMap::new(),
-            body: StoredBody::Kept(body.freeze()),
+            body: StoredBody::Kept(self.seal_bytes(name, &plain)?),
         })
     }
 
-    /// Opens an envelope read from the store name `name`.
-    fn open(&self, name: &str, envelope: &CompletedRecord) -> Result<CompletedRecord, StoreError> {
+    /// `MAGIC ‖ nonce ‖ ciphertext` of `plain` under the current key, bound to `name`.
+    fn seal_bytes(&self, name: &str, plain: &[u8]) -> Result<Bytes, StoreError> {
+        let nonce = Nonce::try_generate()
+            .map_err(|e| StoreError::Unavailable(format!("no randomness for a nonce: {e}")))?;
+        let sealed = self
+            .keys
+            .current()
+            .seal(&nonce, plain, name.as_bytes())
+            .ok_or_else(|| StoreError::Unavailable("the record is too large to seal".into()))?;
+        let mut body = BytesMut::with_capacity(MAGIC.len() + NONCE_LEN + sealed.len());
+        body.put_slice(MAGIC);
+        body.put_slice(&nonce);
+        body.put_slice(&sealed);
+        Ok(body.freeze())
+    }
+
+    /// What [`seal_bytes`](Self::seal_bytes) sealed for `name`, with whichever key opens it.
+    fn open_bytes(&self, name: &str, body: &[u8]) -> Result<Bytes, StoreError> {
         let corrupt = |why| StoreError::Corrupt(RecordError::new(why));
-        let StoredBody::Kept(body) = &envelope.body else {
-            return Err(corrupt("record is not sealed"));
-        };
         let rest = body
             .strip_prefix(MAGIC)
             .ok_or_else(|| corrupt("record is not sealed"))?;
@@ -100,7 +104,16 @@ impl<S: Store + ?Sized> SealedStore<S> {
             .openers()
             .find_map(|key| key.open(&nonce, sealed, name.as_bytes()))
             .ok_or_else(|| corrupt("sealed record opens with no configured key"))?;
-        match Record::decode(Bytes::from(plain))? {
+        Ok(Bytes::from(plain))
+    }
+
+    /// Opens an envelope read from the store name `name`.
+    fn open(&self, name: &str, envelope: &CompletedRecord) -> Result<CompletedRecord, StoreError> {
+        let corrupt = |why| StoreError::Corrupt(RecordError::new(why));
+        let StoredBody::Kept(body) = &envelope.body else {
+            return Err(corrupt("record is not sealed"));
+        };
+        match Record::decode(self.open_bytes(name, body)?)? {
             Record::Completed(r)
                 if r.fingerprint == envelope.fingerprint && r.token == envelope.token =>
             {
@@ -186,5 +199,10 @@ impl<S: Store + ?Sized> Store for SealedStore<S> {
 
     async fn ping(&self) -> Result<(), StoreError> {
         self.inner.ping().await
+    }
+
+    fn inbox(&self) -> Option<&dyn Inbox> {
+        self.inner.inbox()?;
+        Some(self)
     }
 }

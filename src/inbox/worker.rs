@@ -1,0 +1,274 @@
+//! One inbox route's delivery worker: claims due deliveries and attempts each in a task of its
+//! own, within `deliver_concurrency` and `deliver_rate`, until told to stop.
+//!
+//! It asks the store for due deliveries every `POLL` (so an attempt starts within 500 ms of its
+//! due time, SPEC section 11), at once when a request is queued in this process, and again
+//! straight away while claims come back full. Each claim holds the route's `lease` (at least
+//! the attempt's time-out and a margin, so a slow attempt is not claimed again meanwhile); a
+//! replica that dies mid-attempt leaves its claim to run out, and another attempt follows.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+
+use super::attempt::{attempt, AttemptResult};
+use super::backoff::{backoff, random_sample};
+use super::metrics::{AttemptOutcome, AttemptReport, InboxMetrics};
+use super::policy::DeliveryPolicy;
+use super::rate::RateWindow;
+use crate::model::{AttemptFailure, Delivery, RouteName};
+use crate::store::{Claim, Fenced, Settlement, Store, StoreError};
+use crate::upstream::Upstream;
+
+/// How often the store is asked for due deliveries when nothing wakes the worker sooner.
+const POLL: Duration = Duration::from_millis(250);
+/// Most deliveries claimed in one store call.
+const CLAIM_BATCH: usize = 64;
+/// How long after a failed store call the worker asks again.
+const STORE_PAUSE: Duration = Duration::from_secs(1);
+/// How often the queues are counted for the metrics.
+const COUNT_EVERY: Duration = Duration::from_secs(2);
+/// Added to `deliver_timeout` in a claim's lease, so an attempt ends before its claim does.
+const LEASE_MARGIN: Duration = Duration::from_secs(5);
+
+/// What one generation of the config says about an inbox route.
+#[derive(Debug, Clone)]
+pub(crate) struct RouteInbox {
+    pub(crate) route: RouteName,
+    /// The store as the route sees it (sealed when records are encrypted).
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) upstream: Upstream,
+    pub(crate) policy: DeliveryPolicy,
+    /// The route's `lease`.
+    pub(crate) lease: Duration,
+}
+
+/// What a worker shares with its attempts.
+pub(crate) struct Worker {
+    pub(crate) inbox: RouteInbox,
+    pub(crate) wake: Arc<Notify>,
+    pub(crate) permits: Arc<Semaphore>,
+    /// Attempts run here, so a drain can wait for them.
+    pub(crate) attempts: TaskTracker,
+    pub(crate) metrics: InboxMetrics,
+}
+
+impl Worker {
+    fn lease(&self) -> Duration {
+        self.inbox
+            .lease
+            .max(self.inbox.policy.deliver_timeout + LEASE_MARGIN)
+    }
+
+    /// Claims and starts attempts until `stop` turns true.
+    pub(crate) async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut rate = RateWindow::new(self.inbox.policy.deliver_rate);
+        let mut next_count = Instant::now();
+        while !*stop.borrow() {
+            if Instant::now() >= next_count {
+                self.count().await;
+                next_count = Instant::now() + COUNT_EVERY;
+            }
+            let free = self.permits.available_permits();
+            let want = rate.allowed(Instant::now(), free.min(CLAIM_BATCH));
+            let claimed = match self.claim(want, &mut rate).await {
+                Ok(claimed) => claimed,
+                Err(e) => {
+                    tracing::warn!(route = %self.inbox.route, error = %e, "inbox: claiming deliveries failed");
+                    let _ = tokio::time::timeout(STORE_PAUSE, stop.changed()).await;
+                    continue;
+                }
+            };
+            if want > 0 && claimed == want {
+                continue;
+            }
+            self.pause(free, &rate, &mut stop).await;
+        }
+    }
+
+    /// Waits for a reason to claim again: a local accept, a free slot, the rate window, the
+    /// poll interval, or the stop.
+    async fn pause(&self, free: usize, rate: &RateWindow, stop: &mut watch::Receiver<bool>) {
+        let rate_free = rate.next_free();
+        let deadline = rate_free.unwrap_or_else(|| Instant::now() + POLL);
+        let may_start = free > 0 && rate_free.is_none();
+        tokio::select! {
+            _ = stop.changed() => {}
+            () = self.wake.notified(), if may_start => {}
+            _ = self.permits.acquire(), if free == 0 => {}
+            () = tokio::time::sleep_until(deadline) => {}
+        }
+    }
+
+    /// Claims up to `want` due deliveries and starts an attempt for each; returns how many.
+    async fn claim(
+        self: &Arc<Self>,
+        want: usize,
+        rate: &mut RateWindow,
+    ) -> Result<usize, StoreError> {
+        if want == 0 {
+            return Ok(0);
+        }
+        let inbox = self.inbox.store.inbox().ok_or_else(unsupported)?;
+        let claims = inbox
+            .claim(&self.inbox.route, SystemTime::now(), want, self.lease())
+            .await?;
+        rate.started(Instant::now(), claims.len());
+        for claim in &claims {
+            // It asked for no more than were free, so this waits only when the worker of an
+            // earlier generation took a slot meanwhile (slots are shared across a reload).
+            let Ok(permit) = self.permits.clone().acquire_owned().await else {
+                break;
+            };
+            let worker = self.clone();
+            let claim = claim.clone();
+            self.attempts
+                .spawn(async move { worker.deliver(claim, permit).await });
+        }
+        Ok(claims.len())
+    }
+
+    /// One attempt, then its settlement.
+    async fn deliver(&self, claim: Claim, permit: OwnedSemaphorePermit) {
+        let started = Instant::now();
+        let result = attempt(&self.inbox.upstream, &claim.delivery, &self.inbox.policy).await;
+        drop(permit);
+        let elapsed = started.elapsed();
+        let (status, error) = match &result {
+            AttemptResult::Delivered(status) => (Some(*status), None),
+            AttemptResult::Failed(failure) => (failure.status, failure.error.clone()),
+        };
+        let now = SystemTime::now();
+        let (settlement, outcome) = settle_as(&self.inbox.policy, &claim.delivery, result, now);
+        let delivery = claim.delivery.id.to_string();
+        let key = claim.delivery.key.log_id();
+        self.metrics.attempted(&AttemptReport {
+            delivery: &delivery,
+            key: &key,
+            attempt: claim.delivery.attempts,
+            outcome,
+            status: status.map(|s| s.as_u16()),
+            error: error.as_deref(),
+            elapsed,
+        });
+        self.record(&claim, &settlement, &delivery).await;
+    }
+
+    async fn record(&self, claim: &Claim, settlement: &Settlement, delivery: &str) {
+        let route = &self.inbox.route;
+        let settled = match self.inbox.store.inbox() {
+            Some(inbox) => inbox.settle(route, claim, settlement).await,
+            None => Err(unsupported()),
+        };
+        match settled {
+            Ok(Fenced::Applied) => {}
+            Ok(Fenced::LeaseLost) => {
+                tracing::warn!(route = %route, delivery, "inbox: the attempt outlived its claim; another attempt took over");
+            }
+            Err(e) => {
+                tracing::warn!(route = %route, delivery, error = %e, "inbox: recording an attempt failed; it is tried again after its lease");
+            }
+        }
+    }
+
+    /// Counts the queues for the metrics.
+    async fn count(&self) {
+        let Some(inbox) = self.inbox.store.inbox() else {
+            return;
+        };
+        if let Ok(queues) = inbox.queues(&self.inbox.route, SystemTime::now()).await {
+            self.metrics.queues(&queues);
+        }
+    }
+}
+
+fn unsupported() -> StoreError {
+    StoreError::Unavailable("inbox routes need a store that supports them".into())
+}
+
+/// What an attempt's result makes of the delivery: delivered, tried again after a backoff, or
+/// dead once it has had `max_attempts` or is older than `max_age`.
+pub(crate) fn settle_as(
+    policy: &DeliveryPolicy,
+    delivery: &Delivery,
+    result: AttemptResult,
+    now: SystemTime,
+) -> (Settlement, AttemptOutcome) {
+    let failure: AttemptFailure = match result {
+        AttemptResult::Delivered(_) => return (Settlement::Delivered, AttemptOutcome::Delivered),
+        AttemptResult::Failed(failure) => failure,
+    };
+    let age = now.duration_since(delivery.received_at).unwrap_or_default();
+    if delivery.attempts >= policy.max_attempts || age >= policy.max_age {
+        return (Settlement::Dead { failure }, AttemptOutcome::Dead);
+    }
+    let due = now + backoff(policy, delivery.attempts, random_sample());
+    (Settlement::Retry { due, failure }, AttemptOutcome::Failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use http::{HeaderMap, Method, StatusCode};
+
+    use super::*;
+    use crate::model::{IdempotencyKey, ScopedKey, StoredRequest};
+
+    fn delivery(attempts: u32, age: Duration, now: SystemTime) -> Delivery {
+        let key = IdempotencyKey::new("k").unwrap();
+        let key = ScopedKey::new(RouteName::new("hooks").unwrap(), None, key);
+        let request = StoredRequest {
+            method: Method::POST,
+            target: "/".into(),
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+        };
+        let mut delivery = Delivery::new(key, request);
+        delivery.attempts = attempts;
+        delivery.received_at = now - age;
+        delivery
+    }
+
+    fn failed() -> AttemptResult {
+        AttemptResult::Failed(AttemptFailure {
+            status: Some(StatusCode::BAD_GATEWAY),
+            error: Some("upstream answered 502".into()),
+        })
+    }
+
+    #[test]
+    fn a_failure_is_retried_below_its_ceiling_until_attempts_or_age_run_out() {
+        let policy = DeliveryPolicy {
+            max_attempts: 5,
+            max_age: Duration::from_secs(3600),
+            ..DeliveryPolicy::default()
+        };
+        let now = SystemTime::now();
+        let minute = Duration::from_secs(60);
+        let (retry, outcome) = settle_as(&policy, &delivery(3, minute, now), failed(), now);
+        assert_eq!(outcome, AttemptOutcome::Failed);
+        let Settlement::Retry { due, failure } = retry else {
+            panic!("retried, got {retry:?}")
+        };
+        assert!(
+            due >= now && due <= now + Duration::from_secs(4),
+            "third failure: up to 4s"
+        );
+        assert_eq!(failure.status, Some(StatusCode::BAD_GATEWAY));
+        let (_, outcome) = settle_as(&policy, &delivery(5, minute, now), failed(), now);
+        assert_eq!(outcome, AttemptOutcome::Dead, "out of attempts");
+        let old = Duration::from_secs(3600);
+        let (dead, outcome) = settle_as(&policy, &delivery(1, old, now), failed(), now);
+        assert_eq!(outcome, AttemptOutcome::Dead, "out of age");
+        assert!(matches!(dead, Settlement::Dead { .. }));
+        let ok = AttemptResult::Delivered(StatusCode::OK);
+        let (done, outcome) = settle_as(&policy, &delivery(5, old, now), ok, now);
+        assert_eq!(
+            (done, outcome),
+            (Settlement::Delivered, AttemptOutcome::Delivered)
+        );
+    }
+}
