@@ -70,6 +70,13 @@ async fn redis_script(test: &str) -> Backend {
     Some(Arc::new(store.reserving_by_script()))
 }
 
+/// The Redis store with its inbox queues split into shards and its inbox records named in
+/// their shard's slot, as on a cluster: the cluster layout's logic, on one Redis.
+async fn redis_sharded(test: &str) -> Backend {
+    let store = common::redis::store(test).await?;
+    Some(Arc::new(store.with_inbox_shards(4)))
+}
+
 /// A store on the test binary's private Redis Cluster, under a prefix of its own.
 async fn cluster(test: &str) -> Backend {
     // Starting the cluster blocks for a few seconds, once; the runtime is multi-threaded.
@@ -143,6 +150,10 @@ inbox_suite!(memory_inbox => memory);
 // FILE-INBOX
 inbox_suite!(sealed_inbox => sealed);
 inbox_suite!(cached_inbox => cached);
+inbox_suite!(redis_inbox => redis);
+inbox_suite!(redis_script_inbox => redis_script);
+inbox_suite!(redis_sharded_inbox => redis_sharded);
+inbox_suite!(cluster_inbox => cluster);
 
 const LONG: Duration = Duration::from_secs(30);
 

@@ -1,0 +1,158 @@
+//! The Redis store's inbox operations on one queue shard (`redis_inbox_keys`), each one
+//! script call (`redis_inbox_scripts`), and how a delivery is read back from a script's rows.
+//! `redis_inbox` puts them together into the [`Inbox`](super::Inbox) operations of a route.
+
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::StatusCode;
+use redis::FromRedisValue;
+
+use super::answers::StoreError;
+use super::inbox::Claim;
+use super::redis::{RedisConnection, RedisStore};
+use super::redis_inbox_keys::{claim_token, ShardKeys};
+use super::redis_inbox_scripts::{CLAIM, DEAD, QUEUES};
+use super::redis_scripts::{Call, Lua};
+use crate::model::{
+    unix_millis, Delivery, Record, RecordError, RouteName, ScopedKey, MAX_ERROR_LEN,
+};
+
+/// A delivery as a script answers it: id, encoding, attempts, last status, last error.
+type Row = (String, Vec<u8>, i64, i64, Option<String>);
+
+/// What `queues` answers per shard: live, in flight, dead, earliest arrival.
+pub(super) type Counts = (u64, u64, u64, Option<f64>);
+
+impl<C: RedisConnection> RedisStore<C> {
+    pub(super) fn shard(&self, queue: &RouteName, shard: u16) -> ShardKeys {
+        ShardKeys::new(&self.prefix, queue, shard)
+    }
+
+    /// Runs one script call and reads its answer.
+    pub(super) async fn eval<T: FromRedisValue>(&self, call: Call<'_>) -> Result<T, StoreError> {
+        self.run(|mut conn| async move { call.run(&mut conn).await })
+            .await
+    }
+
+    /// On a cluster an inbox record has a name of its own; a record the route made before it
+    /// became an inbox is under the proxy-mode name, so `accept` looks there first. The look
+    /// is not atomic with `accept`, which matters only while requests of both modes race for
+    /// one key (during a reload that makes the route an inbox).
+    pub(super) async fn proxy_record(&self, key: &ScopedKey) -> Result<Option<Record>, StoreError> {
+        if self.inbox.tagged_record(&self.prefix, key).is_none() {
+            return Ok(None);
+        }
+        let name = format!("{}{}", self.prefix, key.storage_key());
+        let found: Option<Vec<u8>> = self
+            .run(|mut conn| async move { redis::cmd("GET").arg(name).query_async(&mut conn).await })
+            .await?;
+        Ok(found
+            .map(|raw| Record::decode(Bytes::from(raw)))
+            .transpose()?)
+    }
+
+    /// Claims up to `max` from one shard, due by `bounds[0]`, leased until `bounds[1]`.
+    pub(super) async fn claim_shard(
+        &self,
+        queue: &RouteName,
+        shard: u16,
+        bounds: &[String; 2],
+        max: usize,
+    ) -> Result<Vec<Claim>, StoreError> {
+        let k = self.shard(queue, shard);
+        let token = claim_token(shard);
+        let (max, raw_token) = (max.to_string(), token.as_u64().to_string());
+        let args: [&[u8]; 4] = [
+            bounds[0].as_bytes(),
+            bounds[1].as_bytes(),
+            max.as_bytes(),
+            raw_token.as_bytes(),
+        ];
+        let keys = vec![k.hash(), k.due(), k.lease(), k.arrived()];
+        let rows: Vec<Row> = self.eval(CLAIM.on_keys(keys, &args)).await?;
+        let claim = |row| {
+            Ok(Claim {
+                delivery: delivery(row)?,
+                token,
+            })
+        };
+        rows.into_iter().map(claim).collect()
+    }
+
+    pub(super) async fn counts(
+        &self,
+        queue: &RouteName,
+        shard: u16,
+        now: &str,
+    ) -> Result<Counts, StoreError> {
+        let k = self.shard(queue, shard);
+        let args: [&[u8]; 1] = [now.as_bytes()];
+        let keys = vec![k.due(), k.lease(), k.arrived(), k.dead()];
+        self.eval(QUEUES.on_keys(keys, &args)).await
+    }
+
+    pub(super) async fn dead_shard(
+        &self,
+        queue: &RouteName,
+        shard: u16,
+        start: &str,
+        limit: &str,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let k = self.shard(queue, shard);
+        let args: [&[u8]; 2] = [start.as_bytes(), limit.as_bytes()];
+        let rows: Vec<Row> = self
+            .eval(DEAD.on_keys(vec![k.hash(), k.dead()], &args))
+            .await?;
+        rows.into_iter().map(delivery).collect()
+    }
+
+    /// Runs a script about one dead delivery on each shard until one answers 1: only the id
+    /// is known, not its shard, and an operator's action can afford a look at each.
+    pub(super) async fn on_dead(
+        &self,
+        queue: &RouteName,
+        script: &'static Lua,
+        keys: fn(&ShardKeys) -> Vec<String>,
+        args: &[&[u8]],
+    ) -> Result<bool, StoreError> {
+        for shard in self.inbox.shards() {
+            let call = script.on_keys(keys(&self.shard(queue, shard)), args);
+            if self.eval::<i64>(call).await? == 1 {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// A delivery from its stored encoding, with the attempt state kept beside it.
+fn delivery((id, encoded, attempts, status, error): Row) -> Result<Delivery, StoreError> {
+    let mut delivery = Delivery::decode(Bytes::from(encoded))?;
+    if delivery.id.to_string() != id {
+        return Err(RecordError::new("a stored delivery does not match its id").into());
+    }
+    delivery.attempts = u32::try_from(attempts).unwrap_or(0);
+    delivery.last_status = u16::try_from(status)
+        .ok()
+        .and_then(|code| StatusCode::from_u16(code).ok());
+    delivery.last_error = error;
+    Ok(delivery)
+}
+
+/// An error as the scripts take it: `-` for none, `+` and the text for some, cut as the
+/// delivery encoding cuts it, so what an attempt stores stays small.
+pub(super) fn error_arg(error: Option<&str>) -> String {
+    let Some(text) = error else {
+        return "-".to_owned();
+    };
+    let mut end = text.len().min(MAX_ERROR_LEN);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("+{}", &text[..end])
+}
+
+pub(super) fn millis_after(at: SystemTime, span: Duration) -> u64 {
+    unix_millis(at).saturating_add(span.as_millis().try_into().unwrap_or(u64::MAX))
+}
