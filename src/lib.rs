@@ -19,6 +19,7 @@ mod framing;
 pub mod fuzzing;
 mod headers;
 pub mod idempotency;
+pub mod inbox;
 mod logging;
 mod metric_catalog;
 pub mod model;

@@ -21,6 +21,8 @@ use tokio::sync::oneshot;
 
 use crate::admin::{self, AdminView, Reload};
 use crate::config::{ConfigError, Overrides, Settings};
+use crate::idempotency::policy::RouteMode;
+use crate::inbox::{QueueStats, RouteInbox};
 use crate::metric_catalog;
 use crate::server::{self, LiveApp};
 use crate::status::Status;
@@ -36,6 +38,9 @@ pub enum StartError {
     /// The store could not be opened.
     #[error("cannot open the store: {0}")]
     Store(#[from] StoreError),
+    /// A route is an inbox, and the store keeps no inbox queues.
+    #[error("route {0:?} is an inbox route, and inbox routes need a store that supports them")]
+    Inbox(String),
     /// A listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -74,6 +79,8 @@ impl Proxy {
         admin::metrics_handle();
         let kept = Kept::new(store);
         let generation = generation::build(settings, &kept);
+        let status = Arc::new(Status::new(settings));
+        start_deliveries(&kept, &status, generation.inboxes);
         let inner = Inner {
             live: LiveApp::new(generation.app),
             admin: Arc::new(ArcSwap::from_pointee(generation.admin)),
@@ -82,7 +89,7 @@ impl Proxy {
                 .as_ref()
                 .map(|tls| Arc::new(TlsListener::new(tls))),
             reloads: Reloads::new(settings),
-            status: Arc::new(Status::new(settings)),
+            status,
             kept,
         };
         Self {
@@ -93,6 +100,13 @@ impl Proxy {
     /// Opens the configured store and builds the routes over it.
     pub async fn open(settings: &Settings) -> Result<Self, StartError> {
         let store = store::open(&settings.store).await?;
+        let inbox_route = settings
+            .routes
+            .iter()
+            .find(|r| r.policy.mode == RouteMode::Inbox);
+        if let (Some(route), None) = (inbox_route, store.inbox()) {
+            return Err(StartError::Inbox(route.policy.route.as_str().to_owned()));
+        }
         Ok(Self::with_store(settings, store))
     }
 
@@ -113,6 +127,7 @@ impl Proxy {
         let inner = &self.inner;
         let outcome = inner.reloads.reload(|settings| {
             let generation = generation::build(settings, &inner.kept);
+            start_deliveries(&inner.kept, &inner.status, generation.inboxes);
             inner.live.replace(generation.app);
             inner.admin.store(Arc::new(generation.admin));
             if let (Some(listener), Some(pair)) = (&inner.tls, &settings.tls) {
@@ -159,8 +174,11 @@ impl Proxy {
     pub async fn serve(&self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
         let requested = Arc::new(OnceLock::new());
         let noted = requested.clone();
+        let proxy = self.clone();
         let shutdown = async move {
             shutdown.await;
+            // Inbox deliveries start no more attempts; those running finish with the drain.
+            proxy.inner.kept.inboxes.stop();
             let _ = noted.set(Instant::now());
         };
         let (live, tls) = (self.inner.live.clone(), self.inner.tls.clone());
@@ -184,6 +202,20 @@ impl Proxy {
         let _ = tokio::time::timeout(limit, executions.wait()).await;
         executions.len()
     }
+}
+
+/// Starts the delivery workers of a generation's inbox routes, and shows their queues on the
+/// status page.
+fn start_deliveries(kept: &Kept, status: &Status, inboxes: Vec<RouteInbox>) {
+    status.clear_inboxes();
+    for inbox in &inboxes {
+        let stats = QueueStats {
+            route: inbox.route.clone(),
+            store: inbox.store.clone(),
+        };
+        status.set_inbox(&inbox.route, Arc::new(stats));
+    }
+    kept.inboxes.start(inboxes);
 }
 
 impl Reload for Proxy {

@@ -147,7 +147,7 @@ store_suite!(redis_script);
 store_suite!(cluster);
 
 inbox_suite!(memory_inbox => memory);
-// FILE-INBOX
+inbox_suite!(file_inbox => file);
 inbox_suite!(sealed_inbox => sealed);
 inbox_suite!(cached_inbox => cached);
 inbox_suite!(redis_inbox => redis);

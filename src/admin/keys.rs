@@ -1,4 +1,5 @@
-//! Inspecting or dropping one record: `GET` and `DELETE /keys/{route}/{key}`.
+//! Inspecting or dropping one record: `GET` and `DELETE /keys/{route}/{key}`; and what every
+//! admin endpoint answers when it cannot do what was asked ([`AdminError`]).
 //!
 //! A record is addressed as a client would address it: the route, the raw key, and the raw
 //! scope header value when the route names one, so an operator never has to compute digests.
@@ -27,6 +28,10 @@ pub(super) enum AdminError {
     NoSuchRoute,
     BadKey(KeyError),
     NoRecord,
+    /// No dead delivery of that id on the route.
+    NoDelivery,
+    /// A bad paging parameter, by name.
+    BadPage(&'static str),
     Store(crate::store::StoreError),
 }
 
@@ -36,6 +41,8 @@ impl IntoResponse for AdminError {
             AdminError::NoSuchRoute => (StatusCode::NOT_FOUND, "no such route".to_owned()),
             AdminError::BadKey(e) => (StatusCode::BAD_REQUEST, e.to_string()),
             AdminError::NoRecord => (StatusCode::NOT_FOUND, "no record".to_owned()),
+            AdminError::NoDelivery => (StatusCode::NOT_FOUND, "no such dead delivery".to_owned()),
+            AdminError::BadPage(name) => (StatusCode::BAD_REQUEST, format!("bad {name}")),
             AdminError::Store(e) => {
                 tracing::warn!(error = %e, "admin: store unavailable");
                 (

@@ -1,10 +1,11 @@
 //! The admin listener: health, readiness, metrics, the status page, inspecting or dropping one
-//! record, and reloading the config.
+//! record, inbox routes' queues and dead deliveries, and reloading the config.
 //!
 //! It runs on its own address so that operators can firewall it away from clients: it can
 //! drop records, which re-opens a key to a second execution. What it reads of the config (the
 //! routes' policies, the token, the problem base) is the running config's, replaced by a reload.
 
+mod inbox;
 mod keys;
 mod page;
 mod recorder;
@@ -19,7 +20,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::Json;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
@@ -59,7 +60,7 @@ struct AdminState {
 }
 
 /// The admin routes, over the running config's `view`. With a token, `/metrics`, `/status`,
-/// `/keys` and `/reload` require `Authorization: Bearer <token>`; `/healthz` and `/readyz`
+/// `/keys`, `/inbox` and `/reload` require `Authorization: Bearer <token>`; `/healthz` and `/readyz`
 /// stay open for orchestrators' probes, and `/` (the status page) for browsers, as they reveal
 /// nothing: the page asks for the token and fetches its data from `/status`.
 pub(crate) fn router(
@@ -83,6 +84,10 @@ pub(crate) fn router(
             "/keys/{route}/{key}",
             get(keys::inspect).delete(keys::remove),
         )
+        .route("/inbox/{route}", get(inbox::queues))
+        .route("/inbox/{route}/dead", get(inbox::dead))
+        .route("/inbox/{route}/dead/{id}", delete(inbox::remove))
+        .route("/inbox/{route}/dead/{id}/retry", post(inbox::retry))
         .route("/reload", post(reload_config))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     axum::Router::new()

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use super::settings::LogFormat;
-use crate::idempotency::policy::{AmbiguousPolicy, ConcurrentPolicy, StoreErrorPolicy};
+use crate::idempotency::policy::{AmbiguousPolicy, ConcurrentPolicy, RouteMode, StoreErrorPolicy};
 use crate::idempotency::verify::Scheme;
 use crate::units::ByteSize;
 
@@ -148,6 +148,16 @@ policy_keys! {
     upstream_ca: String,
     upstream_client_cert: String,
     upstream_client_key: String,
+    mode: RouteMode,
+    inbox_ack_status: i64,
+    deliver_success: Vec<i64>,
+    deliver_timeout: String,
+    retry_initial: String,
+    retry_max: String,
+    max_attempts: i64,
+    max_age: String,
+    deliver_concurrency: i64,
+    deliver_rate: i64,
 }
 
 /// `fingerprint_body`: whether a route's fingerprint reads the body's bytes or its canonical

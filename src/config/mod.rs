@@ -12,6 +12,7 @@ mod crypto;
 mod error;
 mod file;
 mod given;
+mod inbox;
 mod limits;
 mod policy;
 mod print;
@@ -71,3 +72,5 @@ fn read(overrides: &Overrides) -> Result<(String, String), ConfigError> {
     })?;
     Ok((origin, text))
 }
+#[cfg(test)]
+mod inbox_tests;

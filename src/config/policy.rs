@@ -10,6 +10,7 @@ use super::settings::RouteSettings;
 use super::source::Source;
 use super::values::{duration, header, headers, json_pointer, method, optional_header, status};
 use crate::idempotency::policy::{KeySource, Policy};
+use crate::inbox::policy::DeliveryPolicy;
 use crate::model::jcs::JsonPointer;
 use crate::model::FingerprintBody;
 use crate::tls::UpstreamTls;
@@ -22,6 +23,7 @@ pub(super) struct Inherited {
     pub(super) replay_cache_ttl: Duration,
     pub(super) upstream_idle_timeout: Duration,
     pub(super) upstream_tls: UpstreamTls,
+    pub(super) delivery: DeliveryPolicy,
 }
 
 impl Inherited {
@@ -31,6 +33,7 @@ impl Inherited {
             replay_cache_ttl: RouteSettings::DEFAULT_REPLAY_CACHE_TTL,
             upstream_idle_timeout: RouteSettings::DEFAULT_UPSTREAM_IDLE_TIMEOUT,
             upstream_tls: UpstreamTls::default(),
+            delivery: DeliveryPolicy::default(),
         }
     }
 }
@@ -59,6 +62,7 @@ pub(super) fn apply(
         |d| duration(d),
     )?;
     super::tls::apply(src, &mut inherited.upstream_tls, table)?;
+    super::inbox::apply(src, &mut inherited.policy, &mut inherited.delivery, table)?;
     apply_policy(src, &mut inherited.policy, table)
 }
 

@@ -70,6 +70,7 @@ fn route(route: &RouteSettings) -> Spanned<RouteTable> {
     let mut keys = policy(&route.policy);
     keys.replay_cache_ttl = unspanned(humane(route.replay_cache_ttl));
     keys.upstream_idle_timeout = unspanned(humane(route.upstream_idle_timeout));
+    super::inbox::print(&route.policy, &route.delivery, &mut keys);
     let tls = &route.upstream_tls;
     keys.upstream_ca = tls.ca_reference().and_then(|ca| unspanned(ca.to_owned()));
     if let Some((cert, key)) = tls.identity_references() {
@@ -146,6 +147,17 @@ fn policy(policy: &Policy) -> PolicyTable {
         upstream_ca: None,
         upstream_client_cert: None,
         upstream_client_key: None,
+        // Route keys printed by `route` (`inbox.rs`).
+        mode: None,
+        inbox_ack_status: None,
+        deliver_success: None,
+        deliver_timeout: None,
+        retry_initial: None,
+        retry_max: None,
+        max_attempts: None,
+        max_age: None,
+        deliver_concurrency: None,
+        deliver_rate: None,
     }
 }
 

@@ -190,6 +190,7 @@ fn default_route(
         policy: defaults.policy.clone(),
         replay_cache_ttl: defaults.replay_cache_ttl,
         upstream_idle_timeout: defaults.upstream_idle_timeout,
+        delivery: defaults.delivery.clone(),
     })
 }
 
@@ -230,6 +231,7 @@ fn route(
         replay_cache_ttl,
         upstream_idle_timeout,
         upstream_tls,
+        delivery,
     } = inherited;
     let missing = |key: &str| {
         let reason = format!(
@@ -256,6 +258,7 @@ fn route(
         replay_cache_ttl,
         upstream_idle_timeout,
         upstream_tls,
+        delivery,
     })
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::idempotency::Policy;
+use crate::inbox::policy::DeliveryPolicy;
 use crate::problem::ProblemBase;
 use crate::secret::Secret;
 use crate::store::{SealingKeys, StoreSpec};
@@ -99,6 +100,8 @@ pub struct RouteSettings {
     /// How long a replica answers a replay from its own copy of a completed record; an
     /// operator's `DELETE` on another replica is seen here within this time. Zero turns it off.
     pub replay_cache_ttl: Duration,
+    /// How an inbox route (`policy.mode = inbox`) delivers what it acknowledged.
+    pub delivery: DeliveryPolicy,
 }
 
 impl RouteSettings {

@@ -9,6 +9,7 @@ use http_body::Body as HttpBody;
 use tokio_util::task::TaskTracker;
 use tower::Service;
 
+use super::inbox_hook::InboxHook;
 use super::policy::Policy;
 use super::waiters::Waiters;
 use crate::error::BoxError;
@@ -25,6 +26,8 @@ pub(super) struct Context {
     /// Every first request runs in a task tracked here, so a shutdown can wait for them.
     pub(super) tasks: TaskTracker,
     pub(super) metrics: RouteMetrics,
+    /// On an inbox route: what accepting a request tells the delivery worker.
+    pub(super) inbox: Option<InboxHook>,
 }
 
 /// A response body the layer can buffer, or stream when it is too large to keep.

@@ -11,10 +11,11 @@ use http::{Request, Response};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
+use super::accept::{accept, Accepted, QUEUED};
 use super::admit::{admit, Admission, KeyedRequest};
 use super::context::{AnswerBody, Context, Inner};
 use super::execute::Execution;
-use super::policy::{ConcurrentPolicy, StoreErrorPolicy};
+use super::policy::{ConcurrentPolicy, RouteMode, StoreErrorPolicy};
 use super::replay::replay;
 use crate::error::{rescue, ProxyError};
 use crate::model::{Fingerprint, InFlightRecord};
@@ -69,7 +70,7 @@ where
     }
 }
 
-/// Step 4: reserve, then run, replay, wait or refuse.
+/// Step 4: reserve, then run, replay, wait or refuse (on an inbox route: acknowledge).
 async fn deduplicate<S, B>(
     ctx: &Arc<Context>,
     inner: S,
@@ -79,6 +80,9 @@ where
     S: Inner<B>,
     B: AnswerBody,
 {
+    if ctx.policy.mode == RouteMode::Inbox {
+        return acknowledge(ctx, inner, request).await;
+    }
     let same_request = |stored: &Fingerprint| request.is_same_as(stored, &ctx.policy);
     let reservation = match reserve(ctx, &request).await {
         Ok(Reservation::InFlight(r)) if same_request(&r.fingerprint) && waits(ctx) => {
@@ -92,6 +96,18 @@ where
     };
     match reservation {
         Reservation::Acquired(token) => Execution::run(ctx.clone(), inner, request, token).await,
+        other => existing(&request, ctx, other),
+    }
+}
+
+/// The answer when the key already has a record: replay, conflict or mismatch.
+fn existing(
+    request: &KeyedRequest,
+    ctx: &Context,
+    reservation: Reservation,
+) -> (Response<Body>, RequestOutcome) {
+    let same_request = |stored: &Fingerprint| request.is_same_as(stored, &ctx.policy);
+    match reservation {
         Reservation::Completed(r) if same_request(&r.fingerprint) => {
             (replay(r), RequestOutcome::Replayed)
         }
@@ -101,8 +117,30 @@ where
             };
             (in_flight.into_response(), RequestOutcome::Conflict)
         }
-        Reservation::InFlight(r) => key_reused(&request, &r.fingerprint),
-        Reservation::Completed(r) => key_reused(&request, &r.fingerprint),
+        Reservation::InFlight(r) => key_reused(request, &r.fingerprint),
+        Reservation::Completed(r) => key_reused(request, &r.fingerprint),
+        // Only `reserve` acquires, and its caller runs the request instead.
+        Reservation::Acquired(_) => (
+            ProxyError::StoreUnavailable.into_response(),
+            RequestOutcome::Rejected,
+        ),
+    }
+}
+
+/// Step 4 on an inbox route: acknowledge and queue, or answer from the key's record.
+async fn acknowledge<S, B>(
+    ctx: &Arc<Context>,
+    inner: S,
+    request: KeyedRequest,
+) -> (Response<Body>, RequestOutcome)
+where
+    S: Inner<B>,
+    B: AnswerBody,
+{
+    match accept(ctx, &request).await {
+        Ok(Accepted::Queued(response)) => (response, QUEUED),
+        Ok(Accepted::Existing(record)) => existing(&request, ctx, record.into()),
+        Err(e) => store_failed(ctx, inner, request, e).await,
     }
 }
 

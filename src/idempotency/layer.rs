@@ -6,6 +6,7 @@ use tokio_util::task::TaskTracker;
 use tower::Layer;
 
 use super::context::Context;
+use super::inbox_hook::InboxHook;
 use super::policy::Policy;
 use super::service::IdempotencyService;
 use super::waiters::Waiters;
@@ -68,12 +69,34 @@ impl IdempotencyLayer {
     /// wait for them to finish and record their outcomes before shutting down
     /// (`tracker.close(); tracker.wait().await`).
     pub fn with_task_tracker(store: Arc<dyn Store>, policy: Policy, tracker: TaskTracker) -> Self {
+        Self::build(store, policy, tracker, None)
+    }
+
+    /// Like [`with_task_tracker`](Self::with_task_tracker), for a route whose policy is in
+    /// inbox mode: each request it queues is counted and wakes the route's delivery worker
+    /// through `hook`. The store must keep inbox queues ([`Store::inbox`]).
+    pub fn for_inbox(
+        store: Arc<dyn Store>,
+        policy: Policy,
+        tracker: TaskTracker,
+        hook: InboxHook,
+    ) -> Self {
+        Self::build(store, policy, tracker, Some(hook))
+    }
+
+    fn build(
+        store: Arc<dyn Store>,
+        policy: Policy,
+        tracker: TaskTracker,
+        inbox: Option<InboxHook>,
+    ) -> Self {
         let ctx = Context {
             store,
             metrics: RouteMetrics::new(&policy.route),
             policy,
             waiters: Waiters::default(),
             tasks: tracker,
+            inbox,
         };
         Self { ctx: Arc::new(ctx) }
     }

@@ -3,8 +3,10 @@
 //!
 //! Read it in the order a request goes: `service.rs` hands the request to `flow.rs`, which
 //! admits it (`admit.rs`: key, body, fingerprint), reserves its key, and then runs it
-//! (`execute.rs`), replays the stored answer (`replay.rs`), waits, or refuses.
+//! (`execute.rs`), replays the stored answer (`replay.rs`), waits, or refuses. On an inbox
+//! route it acknowledges and queues the request instead of running it (`accept.rs`).
 
+mod accept;
 mod admit;
 mod buffer;
 mod complete;
@@ -13,6 +15,7 @@ mod detach;
 mod execute;
 pub(crate) mod extract;
 mod flow;
+mod inbox_hook;
 mod layer;
 pub mod policy;
 mod replay;
@@ -21,6 +24,7 @@ pub mod verify;
 mod waiters;
 
 pub use context::{AnswerBody, Inner};
+pub use inbox_hook::InboxHook;
 pub use layer::IdempotencyLayer;
 pub use policy::Policy;
 pub use replay::IDEMPOTENT_REPLAYED;

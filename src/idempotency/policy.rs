@@ -41,6 +41,17 @@ pub enum AmbiguousPolicy {
     Release,
 }
 
+/// What a route does with a covered keyed request (SPEC section 11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteMode {
+    /// Forward the first request and store the upstream's answer.
+    Proxy,
+    /// Store the request with its key, answer `inbox_ack_status` at once, and deliver it to the
+    /// upstream later, at least once.
+    Inbox,
+}
+
 /// What happens when the store cannot be reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -94,6 +105,10 @@ pub struct Policy {
     /// The signature every covered request must carry (signed webhooks), checked before the
     /// key is reserved.
     pub verify: Option<Verifier>,
+    /// Forward (`proxy`, the default) or acknowledge and deliver later (`inbox`).
+    pub mode: RouteMode,
+    /// What an inbox route answers a request it stored (`inbox_ack_status`, default `202`).
+    pub inbox_ack_status: StatusCode,
 }
 
 impl Policy {
@@ -121,6 +136,8 @@ impl Policy {
             on_store_error: StoreErrorPolicy::FailClosed,
             replay_exclude_headers: Vec::new(),
             verify: None,
+            mode: RouteMode::Proxy,
+            inbox_ack_status: StatusCode::ACCEPTED,
         }
     }
 

@@ -12,9 +12,10 @@
 //! replay costs no round trip and no decryption) and by the sealing decorator when records are
 //! encrypted at rest.
 //!
-//! What must outlive a generation is [`Kept`]: the store itself, the replay cache, and the
-//! tracker of first requests still running upstream (a drain waits for those of every
-//! generation). Metrics and the status page's counts are process-wide already. Each route's
+//! What must outlive a generation is [`Kept`]: the store itself, the replay cache, the
+//! tracker of first requests and delivery attempts still running upstream (a drain waits for
+//! those of every generation), and the inbox routes' delivery workers, which each generation
+//! restarts with its own routes. Metrics and the status page's counts are process-wide already. Each route's
 //! upstream connection pool belongs to its generation: a reload may change the route's
 //! upstream, its idle time-out or its certificates, and the old pool's idle connections close
 //! once the last request of the old generation is done with them.
@@ -28,7 +29,9 @@ use tower::Layer;
 
 use crate::admin::AdminView;
 use crate::config::{RouteSettings, Settings};
-use crate::idempotency::IdempotencyLayer;
+use crate::idempotency::policy::RouteMode;
+use crate::idempotency::{IdempotencyLayer, InboxHook};
+use crate::inbox::{Inboxes, RouteInbox};
 use crate::problem::ProblemLayer;
 use crate::router::{Route, Router};
 use crate::server::{App, Slots};
@@ -46,14 +49,18 @@ pub(super) struct Kept {
     pub(super) executions: TaskTracker,
     /// The connections being served, by every worker: `max_connections` is for the process.
     pub(super) slots: Arc<Slots>,
+    /// The delivery workers of inbox routes; their attempts run in `executions`.
+    pub(super) inboxes: Inboxes,
 }
 
 impl Kept {
     pub(super) fn new(store: Arc<dyn Store>) -> Self {
+        let executions = TaskTracker::new();
         Self {
             store,
             cache: Arc::new(ReplayCache::new(REPLAY_CACHE_BUDGET)),
-            executions: TaskTracker::new(),
+            inboxes: Inboxes::new(executions.clone()),
+            executions,
             slots: Arc::default(),
         }
     }
@@ -63,6 +70,8 @@ impl Kept {
 pub(super) struct Generation {
     pub(super) app: App,
     pub(super) admin: AdminView,
+    /// The inbox routes, for their delivery workers.
+    pub(super) inboxes: Vec<RouteInbox>,
 }
 
 /// Builds the routes `settings` describe over what is kept, sealing records when the settings
@@ -72,31 +81,45 @@ pub(super) fn build(settings: &Settings, kept: &Kept) -> Generation {
         Some(keys) => Arc::new(SealedStore::new(kept.store.clone(), keys.clone())),
         None => kept.store.clone(),
     };
+    let mut inboxes = Vec::new();
     let routes = settings.routes.iter().map(|route| {
-        let layer = IdempotencyLayer::with_task_tracker(
-            cached(&store, &kept.cache, route),
-            route.policy.clone(),
-            kept.executions.clone(),
-        );
         let pool = PoolSettings {
             idle_timeout: route.upstream_idle_timeout,
             ..PoolSettings::default()
         };
         let tls = route.upstream_tls.client_config_for_https().cloned();
+        let upstream = Upstream::new(route.upstream.clone(), pool, tls);
+        let (policy, tracker) = (route.policy.clone(), kept.executions.clone());
+        let cached = cached(&store, &kept.cache, route);
+        let layer = if route.policy.mode == RouteMode::Inbox {
+            inboxes.push(RouteInbox {
+                route: policy.route.clone(),
+                store: store.clone(),
+                upstream: upstream.clone(),
+                policy: route.delivery.clone(),
+                lease: policy.lease,
+            });
+            let hook = InboxHook::new(&policy.route, kept.inboxes.wake(&policy.route));
+            IdempotencyLayer::for_inbox(cached, policy, tracker, hook)
+        } else {
+            IdempotencyLayer::with_task_tracker(cached, policy, tracker)
+        };
         Route {
             path_prefix: route.path_prefix.clone(),
             host: route.host.clone(),
-            service: layer.layer(Upstream::new(route.upstream.clone(), pool, tls)),
+            service: layer.layer(upstream),
         }
     });
+    let routes: Vec<_> = routes.collect();
     let app = App {
-        router: Router::new(routes.collect()),
+        router: Router::new(routes),
         problems: ProblemLayer::new(settings.problem_base.clone()),
         limits: settings.limits,
     };
     Generation {
         app,
         admin: admin_view(settings, store, &kept.cache),
+        inboxes,
     }
 }
 

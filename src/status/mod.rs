@@ -107,6 +107,15 @@ impl Status {
         inboxes.insert(route.clone(), stats);
     }
 
+    /// No route is an inbox on the page until [`set_inbox`](Self::set_inbox) says so again
+    /// (a reload may have turned one back into a proxy).
+    pub fn clear_inboxes(&self) {
+        self.inboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
     /// The digest of the config that is running ([`config_digest`]).
     pub fn running_digest(&self) -> String {
         self.running().digest.clone()

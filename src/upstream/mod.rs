@@ -132,14 +132,34 @@ impl Upstream {
     }
 }
 
+/// A request's headers as an inbox keeps them for later delivery: end to end only, with the
+/// client already in `X-Forwarded-For` and the scheme in `X-Forwarded-Proto`, as the client
+/// that sent it is not there when it is delivered.
+pub(crate) fn stored_headers(parts: &http::request::Parts) -> http::HeaderMap {
+    let mut headers = parts.headers.clone();
+    strip_hop_by_hop(&mut headers);
+    let (client, scheme) = client_of(&parts.extensions);
+    forward(&mut headers, client, scheme);
+    headers
+}
+
 /// Appends the client to `X-Forwarded-For` and states the scheme the proxy was reached by.
 fn add_forwarded_headers(request: &mut Request<Body>) {
-    let client = request.extensions().get::<ClientAddr>().map(|c| c.0.ip());
-    let scheme = match request.extensions().get::<ClientTls>() {
+    let (client, scheme) = client_of(request.extensions());
+    forward(request.headers_mut(), client, scheme);
+}
+
+/// The client's address and the scheme it reached the proxy by, as the server noted them.
+fn client_of(extensions: &http::Extensions) -> (Option<std::net::IpAddr>, &'static str) {
+    let client = extensions.get::<ClientAddr>().map(|c| c.0.ip());
+    let scheme = match extensions.get::<ClientTls>() {
         Some(ClientTls) => "https",
         None => "http",
     };
-    let headers = request.headers_mut();
+    (client, scheme)
+}
+
+fn forward(headers: &mut http::HeaderMap, client: Option<std::net::IpAddr>, scheme: &'static str) {
     if let Some(ip) = client {
         let chain = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
             Some(earlier) => format!("{earlier}, {ip}"),

@@ -3,6 +3,7 @@
 
 pub mod binary;
 pub mod client;
+pub mod inbox_upstream;
 pub mod proxy;
 pub mod records;
 pub mod redis;

@@ -15,12 +15,17 @@
 //! transaction, and the fenced writes act only on the in-flight record of the caller's token.
 //! Reads (`get`, `ping`) open read transactions on a blocking thread and see committed state only.
 //!
+//! Inbox queues (`queue.rs`, `inbox.rs`) live in tables of their own in the same file, written
+//! by the same writer thread: an acknowledgement and its delivery commit in one transaction.
+//!
 //! Expiry: each value carries its absolute expiry (unix milliseconds, see `tables.rs`); an
 //! expired record counts as absent everywhere. The writer purges expired records through an index
 //! ordered by expiry, a bounded number with every batch and in sweeps when idle, so a store under
 //! steady load with a short ttl reuses its pages instead of growing. Wall-clock time is used, not
 //! a monotonic clock, because expiries must mean the same after a restart.
 
+mod inbox;
+mod queue;
 mod tables;
 mod writer;
 
@@ -33,6 +38,7 @@ use bytes::Bytes;
 use redb::{Database, DatabaseError, ReadableDatabase, ReadableTableMetadata};
 
 use super::api::{Fenced, Reservation, Store, StoreError};
+use super::inbox::Inbox;
 use crate::model::{
     now_millis, CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, ScopedKey,
 };
@@ -73,6 +79,9 @@ impl FileStore {
         for result in [
             txn.open_table(RECORDS).map(drop),
             txn.open_table(EXPIRIES).map(drop),
+            txn.open_table(queue::INBOX).map(drop),
+            txn.open_table(queue::INBOX_DUE).map(drop),
+            txn.open_table(queue::INBOX_DEAD).map(drop),
         ] {
             result.map_err(|e| fail(e.to_string()))?;
         }
@@ -259,5 +268,9 @@ impl Store for FileStore {
     async fn ping(&self) -> Result<(), StoreError> {
         self.read(|txn| txn.open_table(RECORDS).map(drop).map_err(read_failed))
             .await
+    }
+
+    fn inbox(&self) -> Option<&dyn Inbox> {
+        Some(self)
     }
 }

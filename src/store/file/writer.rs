@@ -15,8 +15,9 @@ use std::time::Duration;
 use redb::{Database, Durability};
 use tokio::sync::oneshot;
 
+use super::queue::{QueueAnswer, QueueOp, QueueTables};
 use super::tables::{self, Tables};
-use crate::model::{now_millis, FencingToken};
+use crate::model::{now_millis, DeliveryId, FencingToken};
 use crate::store::api::{Fenced, StoreError};
 
 /// Bounds one transaction, so a flood of callers still gets answers in steady instalments.
@@ -53,6 +54,23 @@ pub(super) enum Op {
     Remove {
         key: String,
     },
+    /// Records an inbox acknowledgement and queues its delivery, or finds the key's record.
+    Accept {
+        key: String,
+        value: Vec<u8>,
+        ttl: Duration,
+        queue: String,
+        id: DeliveryId,
+        due: u64,
+        delivery: Vec<u8>,
+    },
+    Queue(QueueOp),
+}
+
+impl Op {
+    fn touches_queues(&self) -> bool {
+        matches!(self, Op::Accept { .. } | Op::Queue(_))
+    }
 }
 
 pub(super) enum Answer {
@@ -61,6 +79,7 @@ pub(super) enum Answer {
     Existing(Vec<u8>),
     Fenced(Fenced),
     Removed(bool),
+    Queue(QueueAnswer),
 }
 
 type Reply = oneshot::Sender<Result<Answer, StoreError>>;
@@ -155,10 +174,15 @@ fn apply(db: &Database, ops: Vec<Op>) -> Result<Vec<Answer>, redb::Error> {
     let now = now_millis();
     let answers = {
         let mut tables = Tables::open(&txn)?;
-        let answers = ops
-            .into_iter()
-            .map(|op| apply_one(&mut tables, op, now))
-            .collect::<Result<Vec<_>, _>>()?;
+        // Only a batch with inbox work pays for opening the queue tables.
+        let mut queues = None;
+        let mut answers = Vec::with_capacity(ops.len());
+        for op in ops {
+            if op.touches_queues() && queues.is_none() {
+                queues = Some(QueueTables::open(&txn)?);
+            }
+            answers.push(apply_one(&mut tables, queues.as_mut(), op, now)?);
+        }
         tables.purge(now, PURGE_PER_BATCH)?;
         answers
     };
@@ -166,10 +190,15 @@ fn apply(db: &Database, ops: Vec<Op>) -> Result<Vec<Answer>, redb::Error> {
     Ok(answers)
 }
 
-fn apply_one(tables: &mut Tables<'_>, op: Op, now: u64) -> Result<Answer, redb::StorageError> {
+fn apply_one(
+    tables: &mut Tables<'_>,
+    queues: Option<&mut QueueTables<'_>>,
+    op: Op,
+    now: u64,
+) -> Result<Answer, redb::Error> {
     let until =
         |life: Duration| now.saturating_add(life.as_millis().try_into().unwrap_or(u64::MAX));
-    match op {
+    let answer = match op {
         Op::Reserve { key, value, lease } => reserve(tables, &key, value, now, until(lease)),
         Op::Renew { key, token, lease } => fenced(tables, &key, token, now, |tables, mut held| {
             tables::stamp(&mut held, until(lease));
@@ -190,7 +219,29 @@ fn apply_one(tables: &mut Tables<'_>, op: Op, now: u64) -> Result<Answer, redb::
             tables.delete(&key)?;
             Ok(Answer::Removed(existed))
         }
-    }
+        Op::Accept {
+            key,
+            value,
+            ttl,
+            queue,
+            id,
+            due,
+            delivery,
+        } => {
+            let answer = reserve(tables, &key, value, now, until(ttl))?;
+            if let (Answer::Acquired, Some(queues)) = (&answer, queues) {
+                queues.push(&queue, id, due, &delivery)?;
+            }
+            Ok(answer)
+        }
+        Op::Queue(op) => match queues {
+            Some(queues) => queues.apply(op).map(Answer::Queue),
+            None => Err(redb::StorageError::Io(std::io::Error::other(
+                "the queue tables were not opened",
+            ))),
+        },
+    };
+    Ok(answer?)
 }
 
 /// The live record under `key`, or else `value` written there, in the same transaction.

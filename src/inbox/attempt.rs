@@ -1,0 +1,131 @@
+//! One delivery attempt: the stored request sent to the route's upstream, as the sender sent
+//! it, plus `Idempotency-Key` (the parsed key, so the upstream can deduplicate too) and
+//! `Delivery-Attempt` (which attempt this is). `deliver_timeout` bounds the whole exchange,
+//! the answer's body included.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use http::{HeaderName, HeaderValue, Request, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use tower::ServiceExt;
+
+use super::policy::DeliveryPolicy;
+use crate::model::{AttemptFailure, Delivery};
+use crate::upstream::{ClientTls, Upstream};
+
+static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+static DELIVERY_ATTEMPT: HeaderName = HeaderName::from_static("delivery-attempt");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+/// How much of an answer's body is read (and dropped) so its connection can be used again;
+/// past it the connection is closed instead.
+const DRAINED_BODY: usize = 64 * 1024;
+
+/// How one attempt went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AttemptResult {
+    /// The upstream answered a status that ends the delivery.
+    Delivered(StatusCode),
+    /// Anything else.
+    Failed(AttemptFailure),
+}
+
+/// Sends `delivery` (its `attempts` naming this attempt) to `upstream`.
+pub(crate) async fn attempt(
+    upstream: &Upstream,
+    delivery: &Delivery,
+    policy: &DeliveryPolicy,
+) -> AttemptResult {
+    let request = match request(delivery) {
+        Ok(request) => request,
+        Err(e) => return failed(None, format!("the stored request cannot be sent: {e}")),
+    };
+    let exchange = async {
+        let response = upstream.clone().oneshot(request).await?;
+        let status = response.status();
+        // Read to its end so the connection goes back to the pool; a long one is cut off.
+        let _ = Limited::new(response.into_body(), DRAINED_BODY)
+            .collect()
+            .await;
+        Ok::<_, crate::error::BoxError>(status)
+    };
+    match tokio::time::timeout(policy.deliver_timeout, exchange).await {
+        Ok(Ok(status)) if policy.delivered(status) => AttemptResult::Delivered(status),
+        Ok(Ok(status)) => failed(
+            Some(status),
+            format!("upstream answered {}", status.as_u16()),
+        ),
+        Ok(Err(e)) => failed(None, format!("upstream unavailable: {e}")),
+        Err(_) => failed(None, timed_out(policy.deliver_timeout)),
+    }
+}
+
+fn failed(status: Option<StatusCode>, error: String) -> AttemptResult {
+    AttemptResult::Failed(AttemptFailure {
+        status,
+        error: Some(error),
+    })
+}
+
+fn timed_out(after: Duration) -> String {
+    format!("no answer within {}", humantime::format_duration(after))
+}
+
+fn request(delivery: &Delivery) -> Result<Request<Body>, http::Error> {
+    let stored = &delivery.request;
+    let mut request = Request::builder()
+        .method(stored.method.clone())
+        .uri(stored.target.as_str())
+        .body(Body::from(stored.body.clone()))?;
+    let headers = request.headers_mut();
+    *headers = stored.headers.clone();
+    let key = HeaderValue::from_str(delivery.key.key().as_str()).map_err(http::Error::from)?;
+    headers.insert(IDEMPOTENCY_KEY.clone(), key);
+    headers.insert(
+        DELIVERY_ATTEMPT.clone(),
+        HeaderValue::from(delivery.attempts),
+    );
+    // The scheme the sender used was noted when the request was stored; the upstream client
+    // would otherwise say `http`, as no client connection is behind this request.
+    if headers
+        .get(&X_FORWARDED_PROTO)
+        .is_some_and(|p| p == "https")
+    {
+        request.extensions_mut().insert(ClientTls);
+    }
+    Ok(request)
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use http::{HeaderMap, Method};
+
+    use super::*;
+    use crate::model::{IdempotencyKey, RouteName, ScopedKey, StoredRequest};
+
+    #[test]
+    fn the_request_is_the_stored_one_with_the_key_and_the_attempt() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-github-delivery", HeaderValue::from_static("d-1"));
+        headers.insert("idempotency-key", HeaderValue::from_static("the sender's"));
+        headers.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        let stored = StoredRequest {
+            method: Method::PUT,
+            target: "/hooks/github?x=1".into(),
+            headers,
+            body: Bytes::from_static(b"{}"),
+        };
+        let key = IdempotencyKey::new("d-1").unwrap();
+        let key = ScopedKey::new(RouteName::new("github").unwrap(), None, key);
+        let mut delivery = Delivery::new(key, stored);
+        delivery.attempts = 3;
+        let request = request(&delivery).unwrap();
+        assert_eq!(request.method(), Method::PUT);
+        assert_eq!(request.uri(), "/hooks/github?x=1");
+        assert_eq!(request.headers()["idempotency-key"], "d-1");
+        assert_eq!(request.headers()["delivery-attempt"], "3");
+        assert_eq!(request.headers()["x-github-delivery"], "d-1");
+        assert!(request.extensions().get::<ClientTls>().is_some());
+    }
+}

@@ -1,0 +1,96 @@
+//! An inbox route's delivery metrics (SPEC section 11), registered once per worker, and the
+//! one log line each attempt makes.
+
+use std::time::Duration;
+
+use crate::model::{InboxQueues, RouteName};
+
+const ATTEMPTS_TOTAL: &str = "idempotency_inbox_attempts_total";
+const PENDING: &str = "idempotency_inbox_pending";
+const OLDEST_PENDING_SECONDS: &str = "idempotency_inbox_oldest_pending_seconds";
+const DELIVERY_SECONDS: &str = "idempotency_inbox_delivery_seconds";
+
+/// What an attempt came to, as metrics and logs name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AttemptOutcome {
+    /// The upstream took it.
+    Delivered,
+    /// It failed and will be tried again.
+    Failed,
+    /// It failed for the last time.
+    Dead,
+}
+
+impl AttemptOutcome {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Delivered => "delivered",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::Dead => "dead",
+        }
+    }
+}
+
+/// One route's handles.
+#[derive(Debug, Clone)]
+pub(crate) struct InboxMetrics {
+    route: RouteName,
+    attempts: [metrics::Counter; 3],
+    pending: metrics::Gauge,
+    oldest: metrics::Gauge,
+    delivery: metrics::Histogram,
+}
+
+/// What one attempt's log line says.
+pub(crate) struct AttemptReport<'a> {
+    pub(crate) delivery: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) attempt: u32,
+    pub(crate) outcome: AttemptOutcome,
+    pub(crate) status: Option<u16>,
+    pub(crate) error: Option<&'a str>,
+    pub(crate) elapsed: Duration,
+}
+
+impl InboxMetrics {
+    pub(crate) fn new(route: &RouteName) -> Self {
+        let name = || route.as_str().to_owned();
+        let outcomes = [
+            AttemptOutcome::Delivered,
+            AttemptOutcome::Failed,
+            AttemptOutcome::Dead,
+        ];
+        Self {
+            route: route.clone(),
+            attempts: outcomes.map(
+                |o| metrics::counter!(ATTEMPTS_TOTAL, "route" => name(), "result" => o.as_str()),
+            ),
+            pending: metrics::gauge!(PENDING, "route" => name()),
+            oldest: metrics::gauge!(OLDEST_PENDING_SECONDS, "route" => name()),
+            delivery: metrics::histogram!(DELIVERY_SECONDS, "route" => name()),
+        }
+    }
+
+    /// Counts and logs one finished attempt.
+    pub(crate) fn attempted(&self, report: &AttemptReport<'_>) {
+        self.attempts[report.outcome as usize].increment(1);
+        self.delivery.record(report.elapsed.as_secs_f64());
+        tracing::info!(
+            route = self.route.as_str(),
+            delivery = report.delivery,
+            key = report.key,
+            attempt = report.attempt,
+            result = report.outcome.as_str(),
+            status = report.status,
+            error = report.error,
+            elapsed_ms = report.elapsed.as_secs_f64() * 1000.0,
+            "delivery attempt"
+        );
+    }
+
+    /// The queues as last counted: deliveries not yet delivered, and the oldest one's age.
+    pub(crate) fn queues(&self, queues: &InboxQueues) {
+        self.pending.set(queues.pending as f64);
+        self.oldest.set(queues.oldest_pending_seconds as f64);
+    }
+}

@@ -1,0 +1,170 @@
+//! An upstream for inbox deliveries: it records every delivery by its `Idempotency-Key`, with
+//! when it arrived and its `Delivery-Attempt`, measures how many overlap, and answers a status
+//! a test can change while it runs. It may start on a port chosen before it listens, so a
+//! proxy can be pointed at an upstream that is down.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, Response, StatusCode, Uri};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// One delivery as the upstream saw it.
+#[derive(Debug, Clone)]
+pub struct Arrival {
+    pub at: Instant,
+    pub method: Method,
+    pub uri: Uri,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    pub attempt: u32,
+}
+
+#[derive(Default)]
+struct Record {
+    by_key: HashMap<String, Vec<Arrival>>,
+    in_flight: usize,
+    most_in_flight: usize,
+}
+
+#[derive(Clone)]
+struct Shared {
+    record: Arc<Mutex<Record>>,
+    status: Arc<Mutex<StatusCode>>,
+    delay: Arc<Mutex<Duration>>,
+    arrived: Arc<Notify>,
+}
+
+pub struct InboxUpstream {
+    pub addr: SocketAddr,
+    shared: Shared,
+}
+
+/// A free loopback port, for an upstream that will start there later.
+pub fn free_addr() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+impl InboxUpstream {
+    /// Listens on `addr` (from [`free_addr`]), answering `200` at once.
+    pub async fn start_at(addr: SocketAddr) -> Self {
+        let shared = Shared {
+            record: Arc::default(),
+            status: Arc::new(Mutex::new(StatusCode::OK)),
+            delay: Arc::default(),
+            arrived: Arc::default(),
+        };
+        let app = axum::Router::new()
+            .fallback(handle)
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { addr, shared }
+    }
+
+    pub async fn start() -> Self {
+        Self::start_at(free_addr()).await
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// What it answers from now on.
+    pub fn answer(&self, status: u16) {
+        *self.shared.status.lock().unwrap() = StatusCode::from_u16(status).unwrap();
+    }
+
+    /// How long it takes to answer from now on.
+    pub fn take(&self, delay: Duration) {
+        *self.shared.delay.lock().unwrap() = delay;
+    }
+
+    /// Every delivery of `key`, in order of arrival.
+    pub fn arrivals(&self, key: &str) -> Vec<Arrival> {
+        let record = self.shared.record.lock().unwrap();
+        record.by_key.get(key).cloned().unwrap_or_default()
+    }
+
+    /// Every delivery, in order of arrival.
+    pub fn all(&self) -> Vec<Arrival> {
+        let record = self.shared.record.lock().unwrap();
+        let mut all: Vec<Arrival> = record.by_key.values().flatten().cloned().collect();
+        all.sort_by_key(|a| a.at);
+        all
+    }
+
+    /// How many distinct keys have arrived.
+    pub fn keys(&self) -> usize {
+        self.shared.record.lock().unwrap().by_key.len()
+    }
+
+    /// The most deliveries it was answering at once.
+    pub fn most_in_flight(&self) -> usize {
+        self.shared.record.lock().unwrap().most_in_flight
+    }
+
+    /// Waits (at most `limit`) until `done` holds, checking after every arrival.
+    pub async fn until(&self, limit: Duration, what: &str, done: impl Fn(&Self) -> bool) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let arrived = self.shared.arrived.notified();
+            tokio::pin!(arrived);
+            arrived.as_mut().enable();
+            if done(self) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, arrived).await.is_err() {
+                assert!(done(self), "timed out waiting for {what}");
+                return;
+            }
+        }
+    }
+}
+
+async fn handle(
+    State(shared): State<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let attempt = headers
+        .get("delivery-attempt")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0);
+    let arrival = Arrival {
+        at: Instant::now(),
+        method,
+        uri,
+        headers,
+        body,
+        attempt,
+    };
+    {
+        let mut record = shared.record.lock().unwrap();
+        record.by_key.entry(key).or_default().push(arrival);
+        record.in_flight += 1;
+        record.most_in_flight = record.most_in_flight.max(record.in_flight);
+    }
+    shared.arrived.notify_waiters();
+    let delay = *shared.delay.lock().unwrap();
+    tokio::time::sleep(delay).await;
+    let status = *shared.status.lock().unwrap();
+    shared.record.lock().unwrap().in_flight -= 1;
+    Response::builder()
+        .status(status)
+        .body(Body::from("ok"))
+        .unwrap()
+}

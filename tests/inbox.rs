@@ -1,0 +1,298 @@
+//! Inbox routes over real sockets (SPEC section 11): acknowledged at once whatever the
+//! upstream does, delivered once each with its key, retried with backoff until dead, retried
+//! by an operator, within the route's concurrency and rate caps.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::client::{Answer, TestClient};
+use common::inbox_upstream::{free_addr, InboxUpstream};
+use common::proxy::TestProxy;
+use idempotency_proxy::store::MemoryStore;
+use serde_json::Value;
+use tokio::time::Instant;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A proxy with one inbox route `hooks` on `/hooks/` to `upstream`, with `extra` route keys.
+async fn inbox_proxy(upstream: &str, extra: &str) -> TestProxy {
+    let toml = format!(
+        r#"
+[defaults]
+retry_initial = "50ms"
+retry_max = "200ms"
+
+[[routes]]
+name = "hooks"
+path_prefix = "/hooks/"
+upstream = "{upstream}"
+mode = "inbox"
+{extra}
+
+[[routes]]
+name = "api"
+path_prefix = "/v1/"
+upstream = "{upstream}"
+"#
+    );
+    TestProxy::start(&toml, Arc::new(MemoryStore::new())).await
+}
+
+async fn hook(client: &TestClient, key: &str, body: &'static str) -> Answer {
+    let headers = [("idempotency-key", key), ("x-github-event", "push")];
+    client
+        .send("POST", "/hooks/github?source=test", &headers, body)
+        .await
+}
+
+async fn queues(proxy: &TestProxy) -> Value {
+    let answer = proxy.admin.send("GET", "/inbox/hooks", &[], "").await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    answer.json()
+}
+
+/// Asks the admin endpoint until the queues say `done`, at most `WAIT`.
+async fn until_queues(proxy: &TestProxy, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let now = queues(proxy).await;
+        if done(&now) {
+            return now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {now}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn drained(queues: &Value) -> bool {
+    queues["pending"] == 0 && queues["in_flight"] == 0
+}
+
+#[tokio::test]
+async fn acks_while_the_upstream_is_down_then_delivers_each_once_with_its_key() {
+    let addr = free_addr();
+    let proxy = inbox_proxy(&format!("http://{addr}"), "").await;
+    let mut ids = Vec::new();
+    for n in 0..20 {
+        let answer = hook(&proxy.client, &format!("evt-{n}"), "{\"a\":1}").await;
+        assert_eq!(answer.status, 202, "acknowledged at once: {answer:?}");
+        assert_eq!(answer.header("content-type"), Some("application/json"));
+        assert!(!answer.replayed());
+        ids.push(answer.json()["delivery"].as_str().unwrap().to_owned());
+    }
+    for (n, id) in ids.iter().enumerate().take(5) {
+        let again = hook(&proxy.client, &format!("evt-{n}"), "{\"a\":1}").await;
+        assert_eq!(again.status, 202);
+        assert!(
+            again.replayed(),
+            "a duplicate gets the acknowledgement replayed"
+        );
+        assert_eq!(
+            again.json()["delivery"],
+            *id,
+            "the same delivery, not a second one"
+        );
+    }
+    let counted = queues(&proxy).await;
+    assert_eq!(
+        counted["pending"].as_u64().unwrap() + counted["in_flight"].as_u64().unwrap(),
+        20
+    );
+
+    let upstream = InboxUpstream::start_at(addr).await;
+    upstream.until(WAIT, "every key", |u| u.keys() == 20).await;
+    until_queues(&proxy, "the queue to drain", drained).await;
+    for n in 0..20 {
+        let arrivals = upstream.arrivals(&format!("evt-{n}"));
+        assert_eq!(arrivals.len(), 1, "evt-{n} delivered once");
+        let seen = &arrivals[0];
+        assert_eq!(seen.method, "POST");
+        assert_eq!(seen.uri, "/hooks/github?source=test");
+        assert_eq!(seen.headers["x-github-event"], "push");
+        assert_eq!(&seen.body[..], b"{\"a\":1}");
+        assert!(seen.attempt >= 1);
+        assert!(seen.headers.contains_key("x-forwarded-for"));
+    }
+    let other_body = hook(&proxy.client, "evt-0", "{\"a\":2}").await;
+    assert_eq!(other_body.status, 422);
+    assert_eq!(other_body.problem_type(), "key-reused");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn failures_back_off_until_dead_and_an_operator_retry_delivers() {
+    let upstream = InboxUpstream::start().await;
+    upstream.answer(500);
+    let proxy = inbox_proxy(&upstream.url(), "max_attempts = 4\nretry_max = \"400ms\"").await;
+    let started = Instant::now();
+    assert_eq!(hook(&proxy.client, "doomed", "{}").await.status, 202);
+    upstream
+        .until(WAIT, "four attempts", |u| u.arrivals("doomed").len() == 4)
+        .await;
+    let dead = until_queues(&proxy, "the delivery to die", |q| q["dead"] == 1).await;
+    assert!(drained(&dead), "{dead}");
+    let arrivals = upstream.arrivals("doomed");
+    let attempts: Vec<u32> = arrivals.iter().map(|a| a.attempt).collect();
+    assert_eq!(attempts, [1, 2, 3, 4]);
+    // Each wait is drawn below its ceiling (50ms, 100ms, 200ms), plus the poll interval.
+    for (n, pair) in arrivals.windows(2).enumerate() {
+        let ceiling = Duration::from_millis(50 << n) + Duration::from_millis(400);
+        let gap = pair[1].at - pair[0].at;
+        assert!(gap <= ceiling, "gap {n} was {gap:?}");
+    }
+    assert!(
+        arrivals[0].at - started < Duration::from_millis(600),
+        "the first attempt is prompt"
+    );
+
+    let listed = proxy.admin.send("GET", "/inbox/hooks/dead", &[], "").await;
+    assert_eq!(listed.status, 200);
+    let listed = listed.json();
+    let entry = &listed[0];
+    assert_eq!(entry["attempts"], 4);
+    assert_eq!(entry["last_status"], 500);
+    assert_eq!(entry["last_error"], "upstream answered 500");
+    let received = entry["received_at"].as_str().unwrap();
+    assert!(humantime::parse_rfc3339(received).is_ok(), "{received}");
+    let id = entry["id"].as_str().unwrap().to_owned();
+
+    upstream.answer(200);
+    let retry = format!("/inbox/hooks/dead/{id}/retry");
+    assert_eq!(proxy.admin.send("POST", &retry, &[], "").await.status, 204);
+    upstream
+        .until(WAIT, "the retried attempt", |u| {
+            u.arrivals("doomed").len() == 5
+        })
+        .await;
+    assert_eq!(
+        upstream.arrivals("doomed")[4].attempt,
+        1,
+        "a fresh attempt budget"
+    );
+    let after = until_queues(&proxy, "delivery", drained).await;
+    assert_eq!(after["dead"], 0);
+    assert_eq!(proxy.admin.send("POST", &retry, &[], "").await.status, 404);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn dead_deliveries_page_and_go_and_unknown_names_are_404() {
+    let upstream = InboxUpstream::start().await;
+    upstream.answer(503);
+    let proxy = inbox_proxy(&upstream.url(), "max_attempts = 1").await;
+    for n in 0..3 {
+        assert_eq!(
+            hook(&proxy.client, &format!("k{n}"), "{}").await.status,
+            202
+        );
+    }
+    until_queues(&proxy, "three dead", |q| q["dead"] == 3).await;
+    let page = |query: String| {
+        let admin = proxy.admin.clone();
+        async move {
+            admin
+                .send("GET", &format!("/inbox/hooks/dead{query}"), &[], "")
+                .await
+                .json()
+        }
+    };
+    let all = page(String::new()).await;
+    let ids: Vec<&str> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "in id order");
+    let first = page("?limit=2".into()).await;
+    assert_eq!(first.as_array().unwrap().len(), 2);
+    let rest = page(format!("?limit=2&after={}", ids[1])).await;
+    assert_eq!(rest[0]["id"], ids[2]);
+    assert_eq!(rest.as_array().unwrap().len(), 1);
+    let gone = format!("/inbox/hooks/dead/{}", ids[0]);
+    assert_eq!(proxy.admin.send("DELETE", &gone, &[], "").await.status, 204);
+    assert_eq!(proxy.admin.send("DELETE", &gone, &[], "").await.status, 404);
+    assert_eq!(queues(&proxy).await["dead"], 2);
+    for (method, path) in [
+        ("GET", "/inbox/nope".to_owned()),
+        ("GET", "/inbox/api".to_owned()),
+        ("GET", "/inbox/nope/dead".to_owned()),
+        ("POST", "/inbox/hooks/dead/not-an-id/retry".to_owned()),
+        (
+            "POST",
+            format!("/inbox/hooks/dead/{}/retry", "0".repeat(32)),
+        ),
+    ] {
+        let answer = proxy.admin.send(method, &path, &[], "").await;
+        assert_eq!(answer.status, 404, "{method} {path}");
+    }
+    let bad = proxy
+        .admin
+        .send("GET", "/inbox/hooks/dead?limit=0", &[], "")
+        .await;
+    assert_eq!(bad.status, 400);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn no_more_than_deliver_concurrency_attempts_at_once() {
+    let upstream = InboxUpstream::start().await;
+    upstream.take(Duration::from_millis(150));
+    let proxy = inbox_proxy(&upstream.url(), "deliver_concurrency = 3").await;
+    for n in 0..12 {
+        assert_eq!(
+            hook(&proxy.client, &format!("c{n}"), "{}").await.status,
+            202
+        );
+    }
+    upstream.until(WAIT, "every key", |u| u.keys() == 12).await;
+    until_queues(&proxy, "the queue to drain", drained).await;
+    let most = upstream.most_in_flight();
+    assert!(most <= 3, "{most} attempts at once");
+    assert!(most >= 2, "attempts did overlap ({most})");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn no_more_than_deliver_rate_attempts_start_in_any_second() {
+    let upstream = InboxUpstream::start().await;
+    let proxy = inbox_proxy(&upstream.url(), "deliver_rate = 4").await;
+    for n in 0..10 {
+        assert_eq!(
+            hook(&proxy.client, &format!("r{n}"), "{}").await.status,
+            202
+        );
+    }
+    upstream.until(WAIT, "every key", |u| u.keys() == 10).await;
+    let starts: Vec<Instant> = upstream.all().iter().map(|a| a.at).collect();
+    // Arrival times differ from start times by a little network time either way.
+    let slack = Duration::from_millis(50);
+    for (n, pair) in starts.windows(5).enumerate() {
+        let span = pair[4] - pair[0];
+        assert!(
+            span + slack >= Duration::from_secs(1),
+            "attempts {n}..{} within {span:?}",
+            n + 4
+        );
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_request_without_a_key_is_proxied_and_nothing_is_queued() {
+    let upstream = InboxUpstream::start().await;
+    upstream.answer(201);
+    let proxy = inbox_proxy(&upstream.url(), "").await;
+    let plain = proxy.client.send("POST", "/hooks/plain", &[], "{}").await;
+    assert_eq!(plain.status, 201, "the upstream's own answer");
+    assert_eq!(upstream.arrivals("").len(), 1);
+    let counted = queues(&proxy).await;
+    assert_eq!(counted["pending"], 0);
+    proxy.shutdown().await;
+}

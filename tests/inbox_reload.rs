@@ -1,0 +1,112 @@
+//! Inbox routes and the rest of the proxy: a reload turns a route into an inbox and back,
+//! its delivery worker following; and with encryption at rest the store holds no stored
+//! request, and no raw key, in clear.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use common::inbox_upstream::{free_addr, InboxUpstream};
+use common::proxy::TestProxy;
+use common::temp::TempPath;
+use idempotency_proxy::model::RouteName;
+use idempotency_proxy::store::{MemoryStore, Store};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn route(upstream: &str, mode: &str) -> String {
+    format!(
+        "[[routes]]\nname = \"hooks\"\npath_prefix = \"/hooks/\"\nupstream = \"{upstream}\"\nmode = \"{mode}\"\n"
+    )
+}
+
+#[tokio::test]
+async fn a_reload_turns_a_route_into_an_inbox_and_back() {
+    let upstream = InboxUpstream::start().await;
+    upstream.answer(201);
+    let file = TempPath::new("inbox-reload.toml");
+    std::fs::write(file.path(), route(&upstream.url(), "proxy")).unwrap();
+    let (proxy, _) = TestProxy::from_file(file.path(), Arc::new(MemoryStore::new())).await;
+    let forwarded = proxy.client.post("/hooks/a", "before", "{}").await;
+    assert_eq!(forwarded.status, 201, "a proxy route forwards");
+    assert_eq!(
+        proxy
+            .admin
+            .send("GET", "/inbox/hooks", &[], "")
+            .await
+            .status,
+        404
+    );
+
+    std::fs::write(file.path(), route(&upstream.url(), "inbox")).unwrap();
+    assert_eq!(
+        proxy.admin.send("POST", "/reload", &[], "").await.status,
+        200
+    );
+    let accepted = proxy.client.post("/hooks/a", "during", "{}").await;
+    assert_eq!(accepted.status, 202, "the inbox acknowledges");
+    upstream
+        .until(WAIT, "the delivery", |u| u.arrivals("during").len() == 1)
+        .await;
+    assert_eq!(
+        proxy
+            .admin
+            .send("GET", "/inbox/hooks", &[], "")
+            .await
+            .status,
+        200
+    );
+
+    std::fs::write(file.path(), route(&upstream.url(), "proxy")).unwrap();
+    assert_eq!(
+        proxy.admin.send("POST", "/reload", &[], "").await.status,
+        200
+    );
+    assert_eq!(
+        proxy.client.post("/hooks/a", "after", "{}").await.status,
+        201
+    );
+    assert_eq!(
+        proxy
+            .admin
+            .send("GET", "/inbox/hooks", &[], "")
+            .await
+            .status,
+        404
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn sealed_deliveries_show_neither_the_request_nor_the_key() {
+    let key = TempPath::new("inbox-sealed.key");
+    std::fs::write(key.path(), "5a".repeat(32)).unwrap();
+    let down = format!("http://{}", free_addr());
+    let toml = format!(
+        "encryption_key = \"file:{}\"\n{}",
+        key.path().display(),
+        route(&down, "inbox")
+    );
+    let raw = Arc::new(MemoryStore::new());
+    let proxy = TestProxy::start(&toml, raw.clone()).await;
+    let answer = proxy
+        .client
+        .post("/hooks/a", "evt-secret-key", "{\"card\":\"4242\"}")
+        .await;
+    assert_eq!(answer.status, 202);
+    // Whatever the worker holds, a claim far enough ahead takes it from the raw store.
+    let inbox = raw.inbox().unwrap();
+    let later = SystemTime::now() + Duration::from_secs(3600);
+    let hooks = RouteName::new("hooks").unwrap();
+    let claims = inbox
+        .claim(&hooks, later, 10, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(claims.len(), 1);
+    let stored = &claims[0].delivery;
+    assert_ne!(stored.key.key().as_str(), "evt-secret-key");
+    assert!(!stored.request.body.windows(4).any(|w| w == b"4242"));
+    assert!(stored.request.headers.is_empty());
+    proxy.shutdown().await;
+}
