@@ -43,7 +43,7 @@ use redis::{Client, RedisError};
 use super::api::{Fenced, Reservation, Store, StoreError};
 use super::inbox::Inbox;
 use super::redis_commands::{decode, millis, refused_syntax, set_if_absent, with_time_left};
-use super::redis_inbox_keys::{InboxLayout, CLUSTER_SHARDS};
+use super::redis_inbox_keys::{InboxLayout, Resting, CLUSTER_SHARDS};
 use super::redis_per_thread::{Connect, PerThread};
 use super::redis_scripts::{Lua, COMPLETE, GET, RELEASE, RENEW, RESERVE};
 use crate::model::{CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, ScopedKey};
@@ -69,7 +69,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisConnection for C {}
 pub struct RedisStore<C = PerThread<ConnectionManager>> {
     conn: C,
     pub(super) prefix: String,
-    op_timeout: Duration,
+    pub(super) op_timeout: Duration,
     /// Says which kind of deployment this is in `Debug` output, which leaves the connection out.
     topology: &'static str,
     /// Whether Redis takes `SET ... NX GET` (7.0 and later); when it refuses the syntax once,
@@ -79,6 +79,8 @@ pub struct RedisStore<C = PerThread<ConnectionManager>> {
     pub(super) inbox: InboxLayout,
     /// Which shard the next inbox claim starts at.
     pub(super) cursor: Arc<AtomicUsize>,
+    /// Inbox shards whose last claim failed, passed over for a moment.
+    pub(super) resting: Arc<Resting>,
 }
 
 impl RedisStore<PerThread<ConnectionManager>> {
@@ -128,6 +130,7 @@ impl<C: RedisConnection> RedisStore<C> {
             native_reserve: Arc::new(AtomicBool::new(true)),
             inbox,
             cursor: Arc::default(),
+            resting: Arc::default(),
         }
     }
 
@@ -160,11 +163,23 @@ impl<C: RedisConnection> RedisStore<C> {
     where
         F: Future<Output = Result<T, RedisError>>,
     {
-        match tokio::time::timeout(self.op_timeout, call(self.conn.clone())).await {
+        self.run_within(self.op_timeout, call).await
+    }
+
+    /// Like `run`, bounded by `limit` instead of the operation time-out.
+    pub(super) async fn run_within<T, F>(
+        &self,
+        limit: Duration,
+        call: impl FnOnce(C) -> F,
+    ) -> Result<T, StoreError>
+    where
+        F: Future<Output = Result<T, RedisError>>,
+    {
+        match tokio::time::timeout(limit, call(self.conn.clone())).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) if e.is_timeout() => Err(StoreError::Timeout(self.op_timeout)),
+            Ok(Err(e)) if e.is_timeout() => Err(StoreError::Timeout(limit)),
             Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
-            Err(_) => Err(StoreError::Timeout(self.op_timeout)),
+            Err(_) => Err(StoreError::Timeout(limit)),
         }
     }
 

@@ -31,7 +31,7 @@ use super::redis::{RedisConnection, RedisStore};
 use super::redis_commands::millis;
 use super::redis_inbox_keys::{token_shard, ShardKeys};
 use super::redis_inbox_scripts::{ACCEPT, REMOVE_DEAD, RETRY_DEAD, SETTLE};
-use super::redis_inbox_shard::{error_arg, millis_after};
+use super::redis_inbox_shard::error_arg;
 use crate::model::{
     unix_millis, CompletedRecord, Delivery, DeliveryId, InboxQueues, Record, RouteName, ScopedKey,
 };
@@ -92,8 +92,8 @@ impl<C: RedisConnection> Inbox for RedisStore<C> {
     }
 
     /// Walks the shards round-robin from a different one each call, so a backlog in one shard
-    /// never starves the others. A shard that fails (its master down) is passed over while
-    /// others answer: their deliveries still go out.
+    /// never starves the others (`claim_walk`, which also says how a shard that fails is
+    /// passed over). Earliest due first within a shard; across shards no order is promised.
     async fn claim(
         &self,
         queue: &RouteName,
@@ -101,30 +101,8 @@ impl<C: RedisConnection> Inbox for RedisStore<C> {
         max: usize,
         lease: Duration,
     ) -> Result<Vec<Claim>, StoreError> {
-        let shards = self.inbox.shard_count();
         let first = self.cursor.fetch_add(1, Ordering::Relaxed);
-        let bounds = [
-            unix_millis(now).to_string(),
-            millis_after(now, lease).to_string(),
-        ];
-        let (mut claims, mut failure, mut answered) = (Vec::new(), None, false);
-        for step in 0..shards {
-            if claims.len() >= max {
-                break;
-            }
-            let shard = ((first + usize::from(step)) % usize::from(shards)) as u16;
-            match self
-                .claim_shard(queue, shard, &bounds, max - claims.len())
-                .await
-            {
-                Ok(taken) => (claims, answered) = ([claims, taken].concat(), true),
-                Err(e) => failure = Some(e),
-            }
-        }
-        match failure {
-            Some(e) if !answered => Err(e),
-            _ => Ok(claims),
-        }
+        self.claim_walk(queue, first, (now, lease), max).await
     }
 
     async fn settle(

@@ -13,8 +13,14 @@
 //! cluster has. A single Redis has nothing to spread over: it keeps one shard and the records'
 //! usual names.
 //!
+//! Shards whose claims fail (their master down) are passed over for a moment (`Resting`).
+//!
 //! A claim's token carries its shard in its low byte, so `settle` (which knows only the id and
 //! the token) goes straight to the right shard.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
@@ -96,13 +102,25 @@ pub(super) fn token_shard(token: FencingToken) -> u16 {
 /// The keys of one shard of one route's queue.
 pub(super) struct ShardKeys {
     base: String,
+    number: u16,
 }
 
 impl ShardKeys {
     pub(super) fn new(prefix: &str, route: &RouteName, shard: u16) -> Self {
         Self {
             base: format!("{prefix}inbox:{{{route}:{shard}}}:"),
+            number: shard,
         }
+    }
+
+    /// Which of its route's shards this is.
+    pub(super) fn number(&self) -> u16 {
+        self.number
+    }
+
+    /// What every key of the shard starts with, which names the shard.
+    pub(super) fn base(&self) -> &str {
+        &self.base
     }
 
     fn name(&self, name: &str) -> String {
@@ -132,6 +150,38 @@ impl ShardKeys {
     /// Dead deliveries, all scored 0, so they sort by id (which is by arrival).
     pub(super) fn dead(&self) -> String {
         self.name("dead")
+    }
+}
+
+/// How long a shard that failed a claim is passed over.
+const REST: Duration = Duration::from_secs(1);
+
+/// Queue shards whose last claim failed (their master down, say), by name, with when walks
+/// may try them again.
+#[derive(Debug, Default)]
+pub(super) struct Resting(Mutex<HashMap<String, Instant>>);
+
+impl Resting {
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Instant>> {
+        // Every change is one insert or removal: nothing is left half done by a panic.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether walks pass `shard` over now; forgets it once its rest is over.
+    pub(super) fn rests(&self, shard: &str) -> bool {
+        let mut map = self.map();
+        match map.get(shard) {
+            Some(until) if *until > Instant::now() => true,
+            Some(_) => {
+                map.remove(shard);
+                false
+            }
+            None => false,
+        }
+    }
+
+    pub(super) fn failed(&self, shard: &str) {
+        self.map().insert(shard.to_owned(), Instant::now() + REST);
     }
 }
 
@@ -171,5 +221,13 @@ mod tests {
         for shard in layout.shards() {
             assert_eq!(token_shard(claim_token(shard)), shard);
         }
+    }
+
+    #[test]
+    fn a_failed_shard_rests_and_the_others_do_not() {
+        let resting = Resting::default();
+        resting.failed("a");
+        assert!(resting.rests("a"));
+        assert!(!resting.rests("b"));
     }
 }

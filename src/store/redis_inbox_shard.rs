@@ -52,16 +52,68 @@ impl<C: RedisConnection> RedisStore<C> {
             .transpose()?)
     }
 
-    /// Claims up to `max` from one shard, due by `bounds[0]`, leased until `bounds[1]`.
-    pub(super) async fn claim_shard(
+    /// Takes up to `max` from the shards in round-robin order from `first`, leasing them for
+    /// `lease` from `now`.
+    ///
+    /// Claims already taken run down their lease while the walk goes on, so a walk must not
+    /// wait long: each shard call is bounded by a quarter of the lease (at most the operation
+    /// time-out), a shard that fails ends the walk if it has taken anything, and is passed
+    /// over by walks for a moment (`Resting`), so a master that is down costs a bounded wait
+    /// now and then instead of one per shard per claim. A failure is an error only when no
+    /// shard answered.
+    pub(super) async fn claim_walk(
         &self,
         queue: &RouteName,
-        shard: u16,
-        bounds: &[String; 2],
+        first: usize,
+        (now, lease): (SystemTime, Duration),
         max: usize,
     ) -> Result<Vec<Claim>, StoreError> {
-        let k = self.shard(queue, shard);
-        let token = claim_token(shard);
+        let shards = usize::from(self.inbox.shard_count());
+        let bounds = [
+            unix_millis(now).to_string(),
+            millis_after(now, lease).to_string(),
+        ];
+        let limit = self.op_timeout.min(lease / 4);
+        let (mut claims, mut failure, mut answered) = (Vec::new(), None, false);
+        for step in 0..shards {
+            let k = self.shard(queue, ((first + step) % shards) as u16);
+            if claims.len() >= max || self.resting.rests(k.base()) {
+                continue;
+            }
+            match self
+                .claim_shard(&k, &bounds, max - claims.len(), limit)
+                .await
+            {
+                Ok(taken) => {
+                    answered = true;
+                    claims.extend(taken);
+                }
+                Err(e) => {
+                    self.resting.failed(k.base());
+                    tracing::debug!(route = %queue, shard = k.base(), error = %e, "inbox: a queue shard did not answer a claim; passed over for a moment");
+                    failure = Some(e);
+                    if !claims.is_empty() {
+                        break;
+                    }
+                }
+            }
+        }
+        match failure {
+            Some(e) if !answered => Err(e),
+            _ => Ok(claims),
+        }
+    }
+
+    /// Claims up to `max` from one shard, due by `bounds[0]`, leased until `bounds[1]`, the
+    /// call bounded by `limit`.
+    async fn claim_shard(
+        &self,
+        k: &ShardKeys,
+        bounds: &[String; 2],
+        max: usize,
+        limit: Duration,
+    ) -> Result<Vec<Claim>, StoreError> {
+        let token = claim_token(k.number());
         let (max, raw_token) = (max.to_string(), token.as_u64().to_string());
         let args: [&[u8]; 4] = [
             bounds[0].as_bytes(),
@@ -70,7 +122,10 @@ impl<C: RedisConnection> RedisStore<C> {
             raw_token.as_bytes(),
         ];
         let keys = vec![k.hash(), k.due(), k.lease(), k.arrived()];
-        let rows: Vec<Row> = self.eval(CLAIM.on_keys(keys, &args)).await?;
+        let call = CLAIM.on_keys(keys, &args);
+        let rows: Vec<Row> = self
+            .run_within(limit, |mut conn| async move { call.run(&mut conn).await })
+            .await?;
         let claim = |row| {
             Ok(Claim {
                 delivery: delivery(row)?,
@@ -153,6 +208,6 @@ pub(super) fn error_arg(error: Option<&str>) -> String {
     format!("+{}", &text[..end])
 }
 
-pub(super) fn millis_after(at: SystemTime, span: Duration) -> u64 {
+fn millis_after(at: SystemTime, span: Duration) -> u64 {
     unix_millis(at).saturating_add(span.as_millis().try_into().unwrap_or(u64::MAX))
 }
