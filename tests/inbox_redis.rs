@@ -120,7 +120,9 @@ async fn until_drained(store: &dyn Store, route: &str) {
     }
 }
 
-/// Every acknowledged key arrived, and each key's attempts were numbered 1, 2, 3…
+/// Every acknowledged key arrived, and each attempt of a key carried a higher number than the
+/// one before. Numbers may skip: a claim counts an attempt, and a claim whose replica died (or
+/// whose answer was lost) before the request went out is claimed again after its lease.
 fn assert_all_delivered(upstream: &InboxUpstream, acked: &[String]) {
     for key in acked {
         let attempts: Vec<u32> = upstream.arrivals(key).iter().map(|a| a.attempt).collect();
@@ -128,8 +130,8 @@ fn assert_all_delivered(upstream: &InboxUpstream, acked: &[String]) {
             !attempts.is_empty(),
             "{key} was acknowledged but never delivered"
         );
-        let numbered: Vec<u32> = (1..=attempts.len() as u32).collect();
-        assert_eq!(attempts, numbered, "{key}'s attempts");
+        let rising = attempts.windows(2).all(|pair| pair[0] < pair[1]);
+        assert!(rising && attempts[0] >= 1, "{key}'s attempts: {attempts:?}");
     }
 }
 
