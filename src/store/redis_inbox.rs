@@ -30,28 +30,11 @@ use super::inbox::{Acceptance, Claim, Inbox, Settlement};
 use super::redis::{RedisConnection, RedisStore};
 use super::redis_commands::millis;
 use super::redis_inbox_keys::{token_shard, ShardKeys};
-use super::redis_inbox_scripts::{ACCEPT, REMOVE_DEAD, RETRY_DEAD, SETTLE};
+use super::redis_inbox_scripts::{ACCEPT, REMOVE_DEAD, RETRY_DEAD};
 use super::redis_inbox_shard::error_arg;
 use crate::model::{
     unix_millis, CompletedRecord, Delivery, DeliveryId, InboxQueues, Record, RouteName, ScopedKey,
 };
-
-/// The settlement as the settle script takes it: outcome, due ms, status, error.
-fn settle_args(settlement: &Settlement) -> [String; 4] {
-    let (outcome, due, failure) = match settlement {
-        Settlement::Delivered => ("delivered", 0, None),
-        Settlement::Retry { due, failure } => ("retry", unix_millis(*due), Some(failure)),
-        Settlement::Dead { failure } => ("dead", 0, Some(failure)),
-    };
-    let status = failure.and_then(|f| f.status).map_or(0, |s| s.as_u16());
-    let error = error_arg(failure.and_then(|f| f.error.as_deref()));
-    [
-        outcome.to_owned(),
-        due.to_string(),
-        status.to_string(),
-        error,
-    ]
-}
 
 #[async_trait]
 impl<C: RedisConnection> Inbox for RedisStore<C> {
@@ -116,26 +99,8 @@ impl<C: RedisConnection> Inbox for RedisStore<C> {
             return Ok(Fenced::LeaseLost);
         }
         let k = self.shard(queue, shard);
-        let (id, token) = (
-            claim.delivery.id.to_string(),
-            claim.token.as_u64().to_string(),
-        );
-        let [outcome, due, status, error] = settle_args(settlement);
-        let args: [&[u8]; 6] = [
-            id.as_bytes(),
-            token.as_bytes(),
-            outcome.as_bytes(),
-            due.as_bytes(),
-            status.as_bytes(),
-            error.as_bytes(),
-        ];
-        let keys = vec![k.hash(), k.due(), k.lease(), k.arrived(), k.dead()];
-        let applied: i64 = self.eval(SETTLE.on_keys(keys, &args)).await?;
-        Ok(if applied == 1 {
-            Fenced::Applied
-        } else {
-            Fenced::LeaseLost
-        })
+        let id = claim.delivery.id.to_string();
+        self.settle_in(&k, &id, claim.token, settlement).await
     }
 
     async fn queues(&self, queue: &RouteName, now: SystemTime) -> Result<InboxQueues, StoreError> {

@@ -8,14 +8,15 @@ use bytes::Bytes;
 use http::StatusCode;
 use redis::FromRedisValue;
 
-use super::answers::StoreError;
-use super::inbox::Claim;
+use super::answers::{Fenced, StoreError};
+use super::inbox::{Claim, Settlement};
 use super::redis::{RedisConnection, RedisStore};
 use super::redis_inbox_keys::{claim_token, ShardKeys};
-use super::redis_inbox_scripts::{CLAIM, DEAD, QUEUES};
+use super::redis_inbox_scripts::{CLAIM, DEAD, QUEUES, SETTLE};
 use super::redis_scripts::{Call, Lua};
 use crate::model::{
-    unix_millis, Delivery, Record, RecordError, RouteName, ScopedKey, MAX_ERROR_LEN,
+    unix_millis, AttemptFailure, Delivery, FencingToken, Record, RecordError, RouteName, ScopedKey,
+    MAX_ERROR_LEN,
 };
 
 /// A delivery as a script answers it: id, encoding, attempts, last status, last error.
@@ -126,13 +127,57 @@ impl<C: RedisConnection> RedisStore<C> {
         let rows: Vec<Row> = self
             .run_within(limit, |mut conn| async move { call.run(&mut conn).await })
             .await?;
-        let claim = |row| {
-            Ok(Claim {
-                delivery: delivery(row)?,
-                token,
-            })
+        let mut claims = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id = row.0.clone();
+            match delivery(row) {
+                Ok(delivery) => claims.push(Claim { delivery, token }),
+                Err(e) => self.bury(k, &id, token, &e).await,
+            }
+        }
+        Ok(claims)
+    }
+
+    /// Makes a claimed delivery that cannot be decoded dead at once, with the reason as its
+    /// last error: it stays counted and removable, and never blocks a claim again. Should
+    /// that fail too, it is claimed (and buried) again after its lease.
+    async fn bury(&self, k: &ShardKeys, id: &str, token: FencingToken, error: &StoreError) {
+        tracing::warn!(shard = k.base(), delivery = id, error = %error, "inbox: a stored delivery cannot be decoded; it is dead");
+        let failure = AttemptFailure {
+            status: None,
+            error: Some(format!("cannot be decoded: {error}")),
         };
-        rows.into_iter().map(claim).collect()
+        let dead = Settlement::Dead { failure };
+        if let Err(e) = self.settle_in(k, id, token, &dead).await {
+            tracing::warn!(delivery = id, error = %e, "inbox: an undecodable delivery could not be made dead yet");
+        }
+    }
+
+    /// Settles the claim of delivery `id` held by `token` in shard `k`.
+    pub(super) async fn settle_in(
+        &self,
+        k: &ShardKeys,
+        id: &str,
+        token: FencingToken,
+        settlement: &Settlement,
+    ) -> Result<Fenced, StoreError> {
+        let token = token.as_u64().to_string();
+        let [outcome, due, status, error] = settle_args(settlement);
+        let args: [&[u8]; 6] = [
+            id.as_bytes(),
+            token.as_bytes(),
+            outcome.as_bytes(),
+            due.as_bytes(),
+            status.as_bytes(),
+            error.as_bytes(),
+        ];
+        let keys = vec![k.hash(), k.due(), k.lease(), k.arrived(), k.dead()];
+        let applied: i64 = self.eval(SETTLE.on_keys(keys, &args)).await?;
+        Ok(if applied == 1 {
+            Fenced::Applied
+        } else {
+            Fenced::LeaseLost
+        })
     }
 
     pub(super) async fn counts(
@@ -159,7 +204,12 @@ impl<C: RedisConnection> RedisStore<C> {
         let rows: Vec<Row> = self
             .eval(DEAD.on_keys(vec![k.hash(), k.dead()], &args))
             .await?;
-        rows.into_iter().map(delivery).collect()
+        // One that cannot be decoded is left out of the list rather than failing it; its id
+        // is in the log of the claim that buried it.
+        Ok(rows
+            .into_iter()
+            .filter_map(|row| delivery(row).ok())
+            .collect())
     }
 
     /// Runs a script about one dead delivery on each shard until one answers 1: only the id
@@ -210,4 +260,21 @@ pub(super) fn error_arg(error: Option<&str>) -> String {
 
 fn millis_after(at: SystemTime, span: Duration) -> u64 {
     unix_millis(at).saturating_add(span.as_millis().try_into().unwrap_or(u64::MAX))
+}
+
+/// The settlement as the settle script takes it: outcome, due ms, status, error.
+fn settle_args(settlement: &Settlement) -> [String; 4] {
+    let (outcome, due, failure) = match settlement {
+        Settlement::Delivered => ("delivered", 0, None),
+        Settlement::Retry { due, failure } => ("retry", unix_millis(*due), Some(failure)),
+        Settlement::Dead { failure } => ("dead", 0, Some(failure)),
+    };
+    let status = failure.and_then(|f| f.status).map_or(0, |s| s.as_u16());
+    let error = error_arg(failure.and_then(|f| f.error.as_deref()));
+    [
+        outcome.to_owned(),
+        due.to_string(),
+        status.to_string(),
+        error,
+    ]
 }
