@@ -133,6 +133,7 @@ fn may_read_files(text: &str) -> bool {
 /// bytes. Checked both as a record (memory, Redis) and as a file-store value (expiry, record).
 pub fn record_decode(data: &[u8]) {
     check_record_bytes(data);
+    check_delivery_bytes(data);
     let (expiry, record) = crate::store::file::split_value(data);
     if data.len() >= 8 {
         check_record_bytes(record);
@@ -151,6 +152,20 @@ fn check_record_bytes(data: &[u8]) {
         record.encode().as_ref(),
         data,
         "a decoded record does not encode to the bytes it came from: {record:?}"
+    );
+}
+
+/// Stored bytes read as an inbox delivery: whatever decodes encodes to bytes that decode to the
+/// same delivery.
+fn check_delivery_bytes(data: &[u8]) {
+    let Ok(delivery) = crate::model::Delivery::decode(Bytes::copy_from_slice(data)) else {
+        return;
+    };
+    let again = crate::model::Delivery::decode(delivery.encode());
+    assert_eq!(
+        again.as_ref(),
+        Ok(&delivery),
+        "a decoded delivery does not survive its encoding"
     );
 }
 

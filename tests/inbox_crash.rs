@@ -13,6 +13,11 @@ use common::temp::TempPath;
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// One test at a time: `start_binary` picks a free port and the proxy binds it with
+/// `SO_REUSEPORT`, so two proxies started at once may share a port, and one test's SIGKILL
+/// would then cut the other's connections.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A config file with the inbox route `hooks` to `upstream`, and `extra` route keys.
 fn config(file: &TempPath, upstream: &str, extra: &str) {
     let text = format!(
@@ -45,6 +50,7 @@ async fn hook(client: &TestClient, key: &str) -> u16 {
 
 #[tokio::test]
 async fn every_acknowledged_delivery_arrives_after_a_sigkill() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let upstream = InboxUpstream::start().await;
     upstream.take(Duration::from_millis(300));
     let (config_file, store) = (
@@ -88,6 +94,7 @@ async fn every_acknowledged_delivery_arrives_after_a_sigkill() {
 
 #[tokio::test]
 async fn a_drain_finishes_attempts_in_flight_and_starts_no_more() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let upstream = InboxUpstream::start().await;
     upstream.take(Duration::from_millis(800));
     let (config_file, store) = (

@@ -1,5 +1,5 @@
 //! Inbox routes and the rest of the proxy: a reload turns a route into an inbox and back,
-//! its delivery worker following; and with encryption at rest the store holds no stored
+//! its delivery worker following, and is refused on a store that keeps no inbox queues; and with encryption at rest the store holds no stored
 //! request, and no raw key, in clear.
 
 mod common;
@@ -10,8 +10,10 @@ use std::time::{Duration, SystemTime};
 use common::inbox_upstream::{free_addr, InboxUpstream};
 use common::proxy::TestProxy;
 use common::temp::TempPath;
-use idempotency_proxy::model::RouteName;
-use idempotency_proxy::store::{MemoryStore, Store};
+use idempotency_proxy::model::{
+    CompletedRecord, FencingToken, Fingerprint, Record, RouteName, ScopedKey,
+};
+use idempotency_proxy::store::{Fenced, MemoryStore, Reservation, Store, StoreError};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -108,5 +110,67 @@ async fn sealed_deliveries_show_neither_the_request_nor_the_key() {
     assert_ne!(stored.key.key().as_str(), "evt-secret-key");
     assert!(!stored.request.body.windows(4).any(|w| w == b"4242"));
     assert!(stored.request.headers.is_empty());
+    proxy.shutdown().await;
+}
+
+/// A store that keeps records but no inbox queues.
+#[derive(Debug, Default)]
+struct RecordsOnly(MemoryStore);
+
+#[async_trait::async_trait]
+impl Store for RecordsOnly {
+    async fn reserve(
+        &self,
+        key: &ScopedKey,
+        fp: Fingerprint,
+        lease: Duration,
+    ) -> Stored<Reservation> {
+        self.0.reserve(key, fp, lease).await
+    }
+    async fn renew(&self, key: &ScopedKey, token: FencingToken, lease: Duration) -> Stored<Fenced> {
+        self.0.renew(key, token, lease).await
+    }
+    async fn complete(
+        &self,
+        key: &ScopedKey,
+        record: &CompletedRecord,
+        ttl: Duration,
+    ) -> Stored<Fenced> {
+        self.0.complete(key, record, ttl).await
+    }
+    async fn release(&self, key: &ScopedKey, token: FencingToken) -> Stored<Fenced> {
+        self.0.release(key, token).await
+    }
+    async fn get(&self, key: &ScopedKey) -> Stored<Option<(Record, Duration)>> {
+        self.0.get(key).await
+    }
+    async fn remove(&self, key: &ScopedKey) -> Stored<bool> {
+        self.0.remove(key).await
+    }
+    async fn ping(&self) -> Stored<()> {
+        self.0.ping().await
+    }
+}
+
+type Stored<T> = Result<T, StoreError>;
+
+#[tokio::test]
+async fn a_reload_to_an_inbox_route_is_refused_on_a_store_without_queues() {
+    let upstream = InboxUpstream::start().await;
+    upstream.answer(201);
+    let file = TempPath::new("inbox-refused.toml");
+    std::fs::write(file.path(), route(&upstream.url(), "proxy")).unwrap();
+    let (proxy, _) = TestProxy::from_file(file.path(), Arc::new(RecordsOnly::default())).await;
+    std::fs::write(file.path(), route(&upstream.url(), "inbox")).unwrap();
+    let refused = proxy.admin.send("POST", "/reload", &[], "").await;
+    assert_eq!(refused.status, 400);
+    assert_eq!(refused.problem_type(), "bad-config");
+    let detail = refused.json()["detail"].as_str().unwrap().to_owned();
+    assert!(
+        detail.contains("inbox routes need a store that supports them"),
+        "{detail}"
+    );
+    let still = proxy.client.post("/hooks/a", "k", "{}").await;
+    assert_eq!(still.status, 201, "the running config stays: {still:?}");
     proxy.shutdown().await;
 }

@@ -34,6 +34,9 @@ pub enum ConfigError {
     },
     /// Neither routes nor a top-level upstream: the proxy would have nowhere to send anything.
     NoUpstream,
+    /// A valid config the running proxy cannot serve as it is (a reload making a route an
+    /// inbox on a store that keeps no inbox queues): why, in one line.
+    Unservable(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -50,6 +53,7 @@ impl fmt::Display for ConfigError {
             ConfigError::NoUpstream => f.write_str(
                 "no upstream: pass --upstream URL or set upstream/[[routes]] in the config",
             ),
+            ConfigError::Unservable(reason) => f.write_str(reason),
         }
     }
 }

@@ -118,8 +118,9 @@ impl Worker {
             .await?;
         rate.started(Instant::now(), claims.len());
         for claim in &claims {
-            // Only this loop takes permits, and it asked for no more than were free.
-            let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            // It asked for no more than were free, so this waits only when the worker of an
+            // earlier generation took a slot meanwhile (slots are shared across a reload).
+            let Ok(permit) = self.permits.clone().acquire_owned().await else {
                 break;
             };
             let worker = self.clone();
@@ -206,4 +207,68 @@ pub(crate) fn settle_as(
     }
     let due = now + backoff(policy, delivery.attempts, random_sample());
     (Settlement::Retry { due, failure }, AttemptOutcome::Failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use http::{HeaderMap, Method, StatusCode};
+
+    use super::*;
+    use crate::model::{IdempotencyKey, ScopedKey, StoredRequest};
+
+    fn delivery(attempts: u32, age: Duration, now: SystemTime) -> Delivery {
+        let key = IdempotencyKey::new("k").unwrap();
+        let key = ScopedKey::new(RouteName::new("hooks").unwrap(), None, key);
+        let request = StoredRequest {
+            method: Method::POST,
+            target: "/".into(),
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+        };
+        let mut delivery = Delivery::new(key, request);
+        delivery.attempts = attempts;
+        delivery.received_at = now - age;
+        delivery
+    }
+
+    fn failed() -> AttemptResult {
+        AttemptResult::Failed(AttemptFailure {
+            status: Some(StatusCode::BAD_GATEWAY),
+            error: Some("upstream answered 502".into()),
+        })
+    }
+
+    #[test]
+    fn a_failure_is_retried_below_its_ceiling_until_attempts_or_age_run_out() {
+        let policy = DeliveryPolicy {
+            max_attempts: 5,
+            max_age: Duration::from_secs(3600),
+            ..DeliveryPolicy::default()
+        };
+        let now = SystemTime::now();
+        let minute = Duration::from_secs(60);
+        let (retry, outcome) = settle_as(&policy, &delivery(3, minute, now), failed(), now);
+        assert_eq!(outcome, AttemptOutcome::Failed);
+        let Settlement::Retry { due, failure } = retry else {
+            panic!("retried, got {retry:?}")
+        };
+        assert!(
+            due >= now && due <= now + Duration::from_secs(4),
+            "third failure: up to 4s"
+        );
+        assert_eq!(failure.status, Some(StatusCode::BAD_GATEWAY));
+        let (_, outcome) = settle_as(&policy, &delivery(5, minute, now), failed(), now);
+        assert_eq!(outcome, AttemptOutcome::Dead, "out of attempts");
+        let old = Duration::from_secs(3600);
+        let (dead, outcome) = settle_as(&policy, &delivery(1, old, now), failed(), now);
+        assert_eq!(outcome, AttemptOutcome::Dead, "out of age");
+        assert!(matches!(dead, Settlement::Dead { .. }));
+        let ok = AttemptResult::Delivered(StatusCode::OK);
+        let (done, outcome) = settle_as(&policy, &delivery(5, old, now), ok, now);
+        assert_eq!(
+            (done, outcome),
+            (Settlement::Delivered, AttemptOutcome::Delivered)
+        );
+    }
 }

@@ -92,7 +92,14 @@ fn take_error(buf: &mut Bytes) -> Result<Option<String>, RecordError> {
     need(buf, 1)?;
     match buf.get_u8() {
         ABSENT => Ok(None),
-        PRESENT => Ok(Some(text(&take(buf, 2)?)?)),
+        PRESENT => {
+            let error = text(&take(buf, 2)?)?;
+            // Longer ones are cut when encoded, so a longer one was never written.
+            if error.len() > MAX_ERROR_LEN {
+                return Err(bad("error text too long"));
+            }
+            Ok(Some(error))
+        }
         _ => Err(bad("bad error tag")),
     }
 }
@@ -246,6 +253,29 @@ mod tests {
             let mut whole = delivery(body, scoped, error);
             whole.attempts = attempts;
             prop_assert_eq!(Delivery::decode(whole.encode()).unwrap(), whole);
+        }
+    }
+}
+
+#[cfg(test)]
+mod mutations {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever a damaged delivery decodes to survives its own encoding.
+        #[test]
+        fn a_mutated_delivery_decodes_to_one_that_round_trips(at in 0usize..200, byte in any::<u8>()) {
+            let key = ScopedKey::new(RouteName::new("r").unwrap(), None, IdempotencyKey::new("k").unwrap());
+            let mut headers = HeaderMap::new();
+            headers.insert("x-a", HeaderValue::from_static("1"));
+            let request = StoredRequest { method: Method::POST, target: "/a".into(), headers, body: Bytes::from_static(b"{}") };
+            let mut raw = Delivery::new(key, request).encode().to_vec();
+            let at = at % raw.len();
+            raw[at] = byte;
+            if let Ok(delivery) = Delivery::decode(Bytes::from(raw)) {
+                prop_assert_eq!(Delivery::decode(delivery.encode()), Ok(delivery));
+            }
         }
     }
 }

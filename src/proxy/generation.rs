@@ -44,7 +44,7 @@ const REPLAY_CACHE_BUDGET: usize = 8 * 1024 * 1024;
 /// What every generation shares, built once.
 pub(super) struct Kept {
     /// The store as opened: not sealed, as the keys may change with a reload.
-    store: Arc<dyn Store>,
+    pub(super) store: Arc<dyn Store>,
     cache: Arc<ReplayCache>,
     pub(super) executions: TaskTracker,
     /// The connections being served, by every worker: `max_connections` is for the process.

@@ -69,13 +69,19 @@ impl Reloads {
         lock(&self.running).clone()
     }
 
-    /// Loads the config again and, if it may replace the running one, calls `apply` with it
-    /// before it becomes the running one. One reload at a time: a second waits for the first,
-    /// so each is checked against what really runs.
-    pub(super) fn reload(&self, apply: impl FnOnce(&Settings)) -> Result<String, ConfigError> {
+    /// Loads the config again and, if it may replace the running one and `servable` accepts
+    /// it, calls `apply` with it before it becomes the running one. One reload at a time: a
+    /// second waits for the first, so each is checked against what really runs.
+    pub(super) fn reload(
+        &self,
+        servable: impl FnOnce(&Settings) -> Result<(), ConfigError>,
+        apply: impl FnOnce(&Settings),
+    ) -> Result<String, ConfigError> {
         let mut running = lock(&self.running);
         let source = lock(&self.source).clone();
-        let outcome = config::load_for_reload(&source, &running).map(|settings| {
+        let loaded = config::load_for_reload(&source, &running);
+        let loaded = loaded.and_then(|settings| servable(&settings).map(|()| settings));
+        let outcome = loaded.map(|settings| {
             apply(&settings);
             let digest = digest(&settings);
             *running = settings;

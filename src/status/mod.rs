@@ -138,12 +138,7 @@ fn routes_of(settings: &Settings) -> Vec<(RouteName, Arc<RouteActivity>)> {
 
 /// The store's kind only: its address may carry a password.
 fn store_kind(spec: &StoreSpec) -> &'static str {
-    match spec {
-        StoreSpec::Memory => "memory",
-        StoreSpec::File(_) => "file",
-        StoreSpec::Redis(_) => "redis",
-        StoreSpec::RedisCluster(_) => "redis-cluster",
-    }
+    spec.kind()
 }
 
 #[cfg(test)]

@@ -22,6 +22,18 @@ pub enum StoreSpec {
 #[error("{0}")]
 pub struct StoreSpecError(String);
 
+impl StoreSpec {
+    /// The store's kind, safe to show anywhere: the spec itself may carry a password.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreSpec::Memory => "memory",
+            StoreSpec::File(_) => "file",
+            StoreSpec::Redis(_) => "redis",
+            StoreSpec::RedisCluster(_) => "redis-cluster",
+        }
+    }
+}
+
 impl Default for StoreSpec {
     fn default() -> Self {
         StoreSpec::File(PathBuf::from("idempotency-proxy.db"))
