@@ -25,6 +25,11 @@ use tokio::time::Instant;
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// One test at a time: `start_binary` picks a free port and the proxy binds it with
+/// `SO_REUSEPORT`, so two proxies started at once may share a port, and one test's SIGKILL
+/// would then cut the other's connections.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A route name of this run only, so queues left by another run are never in the way.
 fn unique_route(test: &str) -> String {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
@@ -144,6 +149,7 @@ async fn stop(children: Vec<Child>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_on_one_redis_deliver_everything_one_attempt_at_a_time() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     if common::redis::connection().await.is_none() {
         return;
     }
@@ -178,6 +184,7 @@ async fn three_replicas_on_one_redis_deliver_everything_one_attempt_at_a_time() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_master_restarted_mid_run_loses_no_acknowledged_delivery() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let started = tokio::task::spawn_blocking(|| RedisCluster::start(true));
     let Some(mut cluster) = started.await.unwrap() else {
         return;
@@ -223,6 +230,7 @@ async fn a_cluster_master_restarted_mid_run_loses_no_acknowledged_delivery() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_proxy_and_a_killed_redis_still_deliver_every_acknowledgement() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let dir = std::env::temp_dir().join(unique_route("idempotency-proxy-aof"));
     let Some(mut redis) = RedisServer::start_durable(dir.clone()).await else {
         return;
