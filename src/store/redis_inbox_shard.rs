@@ -19,6 +19,9 @@ use crate::model::{
     MAX_ERROR_LEN,
 };
 
+/// The least a shard's claim may wait for its answer, however short the lease.
+const MIN_SHARD_WAIT: Duration = Duration::from_millis(100);
+
 /// A delivery as a script answers it: id, encoding, attempts, last status, last error.
 type Row = (String, Vec<u8>, i64, i64, Option<String>);
 
@@ -58,7 +61,7 @@ impl<C: RedisConnection> RedisStore<C> {
     ///
     /// Claims already taken run down their lease while the walk goes on, so a walk must not
     /// wait long: each shard call is bounded by a quarter of the lease (at most the operation
-    /// time-out), a shard that fails ends the walk if it has taken anything, and is passed
+    /// time-out, at least `MIN_SHARD_WAIT`), a shard that fails ends the walk if it has taken anything, and is passed
     /// over by walks for a moment (`Resting`), so a master that is down costs a bounded wait
     /// now and then instead of one per shard per claim. A failure is an error only when no
     /// shard answered.
@@ -74,11 +77,14 @@ impl<C: RedisConnection> RedisStore<C> {
             unix_millis(now).to_string(),
             millis_after(now, lease).to_string(),
         ];
-        let limit = self.op_timeout.min(lease / 4);
+        let limit = self.op_timeout.min((lease / 4).max(MIN_SHARD_WAIT));
         let (mut claims, mut failure, mut answered) = (Vec::new(), None, false);
         for step in 0..shards {
+            if claims.len() >= max {
+                break;
+            }
             let k = self.shard(queue, ((first + step) % shards) as u16);
-            if claims.len() >= max || self.resting.rests(k.base()) {
+            if self.resting.rests(k.base()) {
                 continue;
             }
             match self
