@@ -78,6 +78,16 @@ pub enum ProxyError {
     /// A signed-webhook route got a delivery without a valid signature.
     #[error("the webhook signature was refused: {0}")]
     BadSignature(&'static str),
+    /// On the admin listener: no record is stored under the key an operator named.
+    #[error("no record is stored under this key")]
+    NoRecord,
+    /// On the admin listener: a `DELETE` of a record whose request is still running, which
+    /// would let a retry run the operation again while the first run goes on.
+    #[error("the request holding this key is still running, and removing its record would let a retry run it a second time; add ?force=true to remove it anyway")]
+    RecordInFlight,
+    /// On the admin listener: no dead delivery of that id on the inbox route an operator named.
+    #[error("no dead delivery of this id is kept on this inbox route")]
+    NoDelivery,
     /// On the admin listener: a reload refused, with the one line saying why (file, line,
     /// key); the running config stays.
     #[error("{0}")]
@@ -147,6 +157,9 @@ impl ProxyError {
                 "bad-signature",
                 "Webhook signature invalid",
             ),
+            Self::NoRecord => meta(S::NOT_FOUND, "no-record", "No record"),
+            Self::RecordInFlight => meta(S::CONFLICT, "request-in-flight", "Request in flight"),
+            Self::NoDelivery => meta(S::NOT_FOUND, "no-delivery", "No such delivery"),
             Self::BadConfig(_) => meta(S::BAD_REQUEST, "bad-config", "Configuration refused"),
         }
     }
@@ -176,6 +189,12 @@ impl ProxyError {
         *response.status_mut() = self.status();
         response.extensions_mut().insert(self);
         response
+    }
+}
+
+impl axum::response::IntoResponse for ProxyError {
+    fn into_response(self) -> Response<Body> {
+        ProxyError::into_response(self)
     }
 }
 
@@ -293,6 +312,7 @@ mod tests {
             ProxyError::UnreadableBody,
             ProxyError::BadRequest("x"),
             ProxyError::BadSignature("x"),
+            ProxyError::NoDelivery,
             ProxyError::BadConfig("x".into()),
         ];
         let kinds: std::collections::HashSet<_> =

@@ -165,3 +165,88 @@ async fn an_admin_token_guards_metrics_and_keys_but_not_probes() {
     );
     std::fs::remove_file(token_file).unwrap();
 }
+
+/// Starts a keyed POST that the upstream holds for `hold_ms`, and returns once the upstream has
+/// it, so its record is in flight.
+async fn hold_in_flight(
+    proxy: &TestProxy,
+    upstream: &TestUpstream,
+    key: &'static str,
+    hold_ms: u64,
+) -> tokio::task::JoinHandle<common::client::Answer> {
+    let client = proxy.client.clone();
+    let path = format!("/v1/x?delay_ms={hold_ms}");
+    let first = tokio::spawn(async move {
+        client
+            .send("POST", &path, &[("idempotency-key", key)], "{}")
+            .await
+    });
+    while upstream.executions_of(key) == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    first
+}
+
+#[tokio::test]
+async fn an_in_flight_record_is_dropped_only_when_forced() {
+    let upstream = TestUpstream::start().await;
+    let proxy = TestProxy::in_front_of(&upstream.url(), "").await;
+
+    let first = hold_in_flight(&proxy, &upstream, "still-running", 1_000).await;
+    let refused = proxy
+        .admin
+        .send("DELETE", "/keys/default/still-running", &[], "")
+        .await;
+    assert_eq!(refused.status, 409);
+    assert_eq!(
+        refused.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert!(
+        refused.problem_type().ends_with("request-in-flight"),
+        "{refused:?}"
+    );
+    assert!(refused.json()["detail"]
+        .as_str()
+        .unwrap()
+        .contains("force=true"));
+    let first = first.await.unwrap();
+    let retry = proxy
+        .client
+        .send(
+            "POST",
+            "/v1/x?delay_ms=1000",
+            &[("idempotency-key", "still-running")],
+            "{}",
+        )
+        .await;
+    assert!(retry.replayed(), "the refused DELETE kept the record");
+    assert_eq!(retry.body, first.body);
+    assert_eq!(upstream.executions_of("still-running"), 1);
+
+    let held = hold_in_flight(&proxy, &upstream, "stuck", 500).await;
+    let typo = proxy
+        .admin
+        .send("DELETE", "/keys/default/stuck?force=yes", &[], "")
+        .await;
+    assert_eq!(
+        typo.status, 400,
+        "an unreadable force is refused, not guessed"
+    );
+    let forced = proxy
+        .admin
+        .send("DELETE", "/keys/default/stuck?force=true", &[], "")
+        .await;
+    assert_eq!(forced.status, 204);
+    let rerun = proxy.client.post("/v1/x", "stuck", "{}").await;
+    assert!(!rerun.replayed(), "a forced removal lets the key run again");
+    assert_eq!(upstream.executions_of("stuck"), 2);
+    held.await.unwrap();
+
+    let gone = proxy
+        .admin
+        .send("DELETE", "/keys/default/never-seen", &[], "")
+        .await;
+    assert_eq!(gone.status, 404);
+    assert!(gone.problem_type().ends_with("no-record"), "{gone:?}");
+}

@@ -227,12 +227,19 @@ async fn dead_deliveries_page_and_go_and_unknown_names_are_404() {
     ] {
         let answer = proxy.admin.send(method, &path, &[], "").await;
         assert_eq!(answer.status, 404, "{method} {path}");
+        let kind = if path.contains("/dead/") {
+            "no-delivery"
+        } else {
+            "no-route"
+        };
+        assert_eq!(answer.problem_type(), kind, "{method} {path}");
     }
     let bad = proxy
         .admin
         .send("GET", "/inbox/hooks/dead?limit=0", &[], "")
         .await;
     assert_eq!(bad.status, 400);
+    assert_eq!(bad.problem_type(), "bad-request");
     proxy.shutdown().await;
 }
 

@@ -13,7 +13,9 @@ use common::temp::TempPath;
 use idempotency_proxy::model::{
     CompletedRecord, FencingToken, Fingerprint, Record, RouteName, ScopedKey,
 };
-use idempotency_proxy::store::{Fenced, MemoryStore, Reservation, Store, StoreError};
+use idempotency_proxy::store::{
+    Fenced, MemoryStore, Removal, Removed, Reservation, Store, StoreError,
+};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -144,8 +146,8 @@ impl Store for RecordsOnly {
     async fn get(&self, key: &ScopedKey) -> Stored<Option<(Record, Duration)>> {
         self.0.get(key).await
     }
-    async fn remove(&self, key: &ScopedKey) -> Stored<bool> {
-        self.0.remove(key).await
+    async fn remove(&self, key: &ScopedKey, removal: Removal) -> Stored<Removed> {
+        self.0.remove(key, removal).await
     }
     async fn ping(&self) -> Stored<()> {
         self.0.ping().await

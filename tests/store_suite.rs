@@ -20,8 +20,8 @@ use common::temp::TempPath;
 use http::StatusCode;
 use idempotency_proxy::model::{FencingToken, Record, ScopedKey, StoredBody};
 use idempotency_proxy::store::{
-    CachingStore, Fenced, FileStore, MemoryStore, RedisStore, ReplayCache, Reservation,
-    SealedStore, SealingKey, SealingKeys, Store, StoreError, StoreSpec,
+    CachingStore, Fenced, FileStore, MemoryStore, RedisStore, Removal, Removed, ReplayCache,
+    Reservation, SealedStore, SealingKey, SealingKeys, Store, StoreError, StoreSpec,
 };
 use idempotency_proxy::Secret;
 use tokio::time::sleep;
@@ -112,6 +112,7 @@ macro_rules! store_suite {
             a_completed_record_expires_after_its_ttl,
             get_reports_the_time_left,
             remove_deletes_and_reports_whether_it_existed,
+            removing_an_in_flight_record_needs_force,
             scoped_keys_never_collide,
             concurrent_reserves_admit_exactly_one,
         ]);
@@ -350,11 +351,15 @@ async fn get_reports_the_time_left(store: Arc<dyn Store>) {
 }
 
 async fn remove_deletes_and_reports_whether_it_existed(store: Arc<dyn Store>) {
-    assert!(!store.remove(&key()).await.unwrap());
+    let remove = |removal| {
+        let store = store.clone();
+        async move { store.remove(&key(), removal).await.unwrap() }
+    };
+    assert_eq!(remove(Removal::CompletedOnly).await, Removed::Missing);
     let token = acquire(&*store, &key(), LONG).await;
-    assert!(store.remove(&key()).await.unwrap());
+    assert_eq!(remove(Removal::Forced).await, Removed::Removed);
     assert_eq!(record(&*store, &key()).await, None);
-    assert!(!store.remove(&key()).await.unwrap());
+    assert_eq!(remove(Removal::Forced).await, Removed::Missing);
     // The holder of a removed reservation has lost it.
     let done = outcome(token, small_body());
     assert_eq!(
@@ -367,8 +372,24 @@ async fn remove_deletes_and_reports_whether_it_existed(store: Arc<dyn Store>) {
         .complete(&key(), &outcome(token, small_body()), LONG)
         .await
         .unwrap();
-    assert!(store.remove(&key()).await.unwrap());
+    assert_eq!(remove(Removal::CompletedOnly).await, Removed::Removed);
     acquire(&*store, &key(), LONG).await;
+}
+
+async fn removing_an_in_flight_record_needs_force(store: Arc<dyn Store>) {
+    let token = acquire(&*store, &key(), LONG).await;
+    assert_eq!(
+        store.remove(&key(), Removal::CompletedOnly).await.unwrap(),
+        Removed::KeptInFlight
+    );
+    // Kept as it was: its holder still completes it, and a retry replays that outcome.
+    let done = outcome(token, small_body());
+    assert_eq!(
+        store.complete(&key(), &done, LONG).await.unwrap(),
+        Fenced::Applied
+    );
+    let retry = store.reserve(&key(), fp(1), LONG).await.unwrap();
+    assert!(matches!(retry, Reservation::Completed(_)), "{retry:?}");
 }
 
 async fn scoped_keys_never_collide(store: Arc<dyn Store>) {

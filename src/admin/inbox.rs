@@ -2,7 +2,9 @@
 //! `GET /inbox/{route}/dead` lists dead deliveries (paged by `?limit=` and `?after=<id>`),
 //! `POST /inbox/{route}/dead/{id}/retry` makes one pending again with a fresh attempt budget,
 //! and `DELETE /inbox/{route}/dead/{id}` drops one. A dead delivery is shown by what went wrong
-//! with it, never by its request's headers or body.
+//! with it, never by its request's headers or body. Errors are problem+json, as every admin
+//! error: `404 no-route` for a route that is not an inbox, `404 no-delivery` for an id that
+//! names no dead delivery.
 
 use std::time::SystemTime;
 
@@ -11,11 +13,11 @@ use axum::http::{StatusCode, Uri};
 use axum::Json;
 use serde_json::json;
 
-use super::keys::AdminError;
 use super::{AdminState, AdminView};
+use crate::error::ProxyError;
 use crate::idempotency::policy::RouteMode;
 use crate::model::{Delivery, DeliveryId, InboxQueues, RouteName};
-use crate::store::Inbox;
+use crate::store::{Inbox, StoreError};
 
 /// Dead deliveries listed when `limit` is not given, and the most one page may hold.
 const DEFAULT_PAGE: usize = 100;
@@ -30,7 +32,7 @@ struct Page {
 }
 
 impl Page {
-    fn parse(query: Option<&str>) -> Result<Self, AdminError> {
+    fn parse(query: Option<&str>) -> Result<Self, ProxyError> {
         let mut page = Page::default();
         for pair in query
             .unwrap_or_default()
@@ -41,10 +43,15 @@ impl Page {
             match name {
                 "limit" => {
                     let limit = value.parse().ok().filter(|l| (1..=MAX_PAGE).contains(l));
-                    page.limit = Some(limit.ok_or(AdminError::BadPage("limit"))?);
+                    page.limit =
+                        Some(limit.ok_or(ProxyError::BadRequest("limit must be 1 to 1000"))?);
                 }
                 "after" => {
-                    page.after = Some(value.parse().map_err(|_| AdminError::BadPage("after"))?);
+                    page.after = Some(
+                        value
+                            .parse()
+                            .map_err(|_| ProxyError::BadRequest("after must be a delivery id"))?,
+                    );
                 }
                 _ => {}
             }
@@ -53,42 +60,48 @@ impl Page {
     }
 }
 
+/// The store failed; the operator gets `503 store-unavailable` and the log says why.
+fn unavailable(error: &StoreError) -> ProxyError {
+    tracing::warn!(error = %error, "admin: store unavailable");
+    ProxyError::StoreUnavailable
+}
+
 /// The inbox of `route`, if it is an inbox route of the running config.
-fn inbox<'v>(view: &'v AdminView, route: &str) -> Result<(&'v dyn Inbox, RouteName), AdminError> {
-    let policy = view.policies.get(route).ok_or(AdminError::NoSuchRoute)?;
+fn inbox<'v>(view: &'v AdminView, route: &str) -> Result<(&'v dyn Inbox, RouteName), ProxyError> {
+    let policy = view.policies.get(route).ok_or(ProxyError::NoRoute)?;
     if policy.mode != RouteMode::Inbox {
-        return Err(AdminError::NoSuchRoute);
+        return Err(ProxyError::NoRoute);
     }
-    let inbox = view.store.inbox().ok_or(AdminError::NoSuchRoute)?;
+    let inbox = view.store.inbox().ok_or(ProxyError::NoRoute)?;
     Ok((inbox, policy.route.clone()))
 }
 
 /// An id in a path: one that cannot be an id names no delivery.
-fn delivery_id(raw: &str) -> Result<DeliveryId, AdminError> {
-    raw.parse().map_err(|_| AdminError::NoDelivery)
+fn delivery_id(raw: &str) -> Result<DeliveryId, ProxyError> {
+    raw.parse().map_err(|_| ProxyError::NoDelivery)
 }
 
 pub(super) async fn queues(
     State(state): State<AdminState>,
     Path(route): Path<String>,
-) -> Result<Json<InboxQueues>, AdminError> {
+) -> Result<Json<InboxQueues>, ProxyError> {
     let view = state.view.load_full();
     let (inbox, route) = inbox(&view, &route)?;
     let queues = inbox.queues(&route, SystemTime::now()).await;
-    Ok(Json(queues.map_err(AdminError::Store)?))
+    Ok(Json(queues.map_err(|e| unavailable(&e))?))
 }
 
 pub(super) async fn dead(
     State(state): State<AdminState>,
     Path(route): Path<String>,
     uri: Uri,
-) -> Result<Json<serde_json::Value>, AdminError> {
+) -> Result<Json<serde_json::Value>, ProxyError> {
     let view = state.view.load_full();
     let (inbox, route) = inbox(&view, &route)?;
     let page = Page::parse(uri.query())?;
     let limit = page.limit.unwrap_or(DEFAULT_PAGE);
     let dead = inbox.dead(&route, limit, page.after).await;
-    let dead = dead.map_err(AdminError::Store)?;
+    let dead = dead.map_err(|e| unavailable(&e))?;
     Ok(Json(serde_json::Value::Array(
         dead.iter().map(dead_view).collect(),
     )))
@@ -107,13 +120,13 @@ fn dead_view(delivery: &Delivery) -> serde_json::Value {
 pub(super) async fn retry(
     State(state): State<AdminState>,
     Path((route, id)): Path<(String, String)>,
-) -> Result<StatusCode, AdminError> {
+) -> Result<StatusCode, ProxyError> {
     let view = state.view.load_full();
     let (inbox, route) = inbox(&view, &route)?;
     let id = delivery_id(&id)?;
     let revived = inbox.retry_dead(&route, id, SystemTime::now()).await;
-    if !revived.map_err(AdminError::Store)? {
-        return Err(AdminError::NoDelivery);
+    if !revived.map_err(|e| unavailable(&e))? {
+        return Err(ProxyError::NoDelivery);
     }
     tracing::info!(route = %route, delivery = %id, "dead delivery retried by an operator");
     Ok(StatusCode::NO_CONTENT)
@@ -122,16 +135,16 @@ pub(super) async fn retry(
 pub(super) async fn remove(
     State(state): State<AdminState>,
     Path((route, id)): Path<(String, String)>,
-) -> Result<StatusCode, AdminError> {
+) -> Result<StatusCode, ProxyError> {
     let view = state.view.load_full();
     let (inbox, route) = inbox(&view, &route)?;
     let id = delivery_id(&id)?;
     if !inbox
         .remove_dead(&route, id)
         .await
-        .map_err(AdminError::Store)?
+        .map_err(|e| unavailable(&e))?
     {
-        return Err(AdminError::NoDelivery);
+        return Err(ProxyError::NoDelivery);
     }
     tracing::info!(route = %route, delivery = %id, "dead delivery removed by an operator");
     Ok(StatusCode::NO_CONTENT)

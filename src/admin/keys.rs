@@ -1,57 +1,42 @@
-//! Inspecting or dropping one record: `GET` and `DELETE /keys/{route}/{key}`; and what every
-//! admin endpoint answers when it cannot do what was asked ([`AdminError`]).
+//! Inspecting or dropping one record: `GET` and `DELETE /keys/{route}/{key}`.
 //!
 //! A record is addressed as a client would address it: the route, the raw key, and the raw
 //! scope header value when the route names one, so an operator never has to compute digests.
 
 use std::time::{Duration, SystemTime};
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
 use super::{AdminState, AdminView};
-use crate::model::{
-    ClientScope, Fingerprint, IdempotencyKey, KeyError, Part, Record, ScopedKey, StoredBody,
-};
+use crate::error::ProxyError;
+use crate::model::{ClientScope, Fingerprint, IdempotencyKey, Part, Record, ScopedKey, StoredBody};
+use crate::store::{Removal, Removed, StoreError};
 
 /// The header carrying the raw value of a route's `scope_header` (e.g. the client's
 /// `Authorization`), so an operator can address that client's record. A header rather than a
 /// query parameter, because URLs end up in access logs.
 pub(crate) const SCOPE_HEADER: &str = "x-idempotency-scope";
 
-/// What the key endpoints answer when they cannot do what was asked.
-#[derive(Debug)]
-pub(super) enum AdminError {
-    NoSuchRoute,
-    BadKey(KeyError),
-    NoRecord,
-    /// No dead delivery of that id on the route.
-    NoDelivery,
-    /// A bad paging parameter, by name.
-    BadPage(&'static str),
-    Store(crate::store::StoreError),
+/// Why a key endpoint cannot do what was asked; the admin router renders it as problem+json.
+fn unavailable(error: &StoreError) -> ProxyError {
+    tracing::warn!(error = %error, "admin: store unavailable");
+    ProxyError::StoreUnavailable
 }
 
-impl IntoResponse for AdminError {
-    fn into_response(self) -> Response {
-        let (status, message) = match self {
-            AdminError::NoSuchRoute => (StatusCode::NOT_FOUND, "no such route".to_owned()),
-            AdminError::BadKey(e) => (StatusCode::BAD_REQUEST, e.to_string()),
-            AdminError::NoRecord => (StatusCode::NOT_FOUND, "no record".to_owned()),
-            AdminError::NoDelivery => (StatusCode::NOT_FOUND, "no such dead delivery".to_owned()),
-            AdminError::BadPage(name) => (StatusCode::BAD_REQUEST, format!("bad {name}")),
-            AdminError::Store(e) => {
-                tracing::warn!(error = %e, "admin: store unavailable");
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "store unavailable".to_owned(),
-                )
-            }
-        };
-        (status, Json(json!({ "error": message }))).into_response()
+/// `?force=true` on `DELETE`: drop the record even while its request runs. Anything but
+/// `true` or `false` is refused rather than read as either.
+fn forced(query: Option<&str>) -> Result<bool, ProxyError> {
+    let pairs = query.unwrap_or_default().split('&');
+    match pairs
+        .filter_map(|pair| pair.strip_prefix("force="))
+        .next_back()
+    {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(_) => Err(ProxyError::BadRequest("force must be true or false")),
     }
 }
 
@@ -60,9 +45,9 @@ fn scoped_key(
     route: &str,
     key: String,
     headers: &HeaderMap,
-) -> Result<ScopedKey, AdminError> {
-    let policy = view.policies.get(route).ok_or(AdminError::NoSuchRoute)?;
-    let key = IdempotencyKey::new(key).map_err(AdminError::BadKey)?;
+) -> Result<ScopedKey, ProxyError> {
+    let policy = view.policies.get(route).ok_or(ProxyError::NoRoute)?;
+    let key = IdempotencyKey::new(key)?;
     let scope = policy
         .scope_header
         .as_ref()
@@ -75,30 +60,45 @@ pub(super) async fn inspect(
     State(state): State<AdminState>,
     Path((route, key)): Path<(String, String)>,
     headers: HeaderMap,
-) -> Result<Json<serde_json::Value>, AdminError> {
+) -> Result<Json<serde_json::Value>, ProxyError> {
     let view = state.view.load_full();
     let key = scoped_key(&view, &route, key, &headers)?;
-    let (record, expires_in) = view
-        .store
-        .get(&key)
-        .await
-        .map_err(AdminError::Store)?
-        .ok_or(AdminError::NoRecord)?;
+    let found = view.store.get(&key).await.map_err(|e| unavailable(&e))?;
+    let (record, expires_in) = found.ok_or(ProxyError::NoRecord)?;
     Ok(Json(record_view(&record, expires_in)))
 }
 
+/// `DELETE`: a completed record is dropped; an in-flight one only with `?force=true`, decided
+/// in the store's one atomic step, so a request that completes meanwhile is not dropped by
+/// mistake and one that starts meanwhile is not either.
 pub(super) async fn remove(
     State(state): State<AdminState>,
     Path((route, key)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
-) -> Result<StatusCode, AdminError> {
+) -> Result<StatusCode, ProxyError> {
+    let force = forced(query.as_deref())?;
     let view = state.view.load_full();
     let key = scoped_key(&view, &route, key, &headers)?;
-    if !view.store.remove(&key).await.map_err(AdminError::Store)? {
-        return Err(AdminError::NoRecord);
+    let removal = if force {
+        Removal::Forced
+    } else {
+        Removal::CompletedOnly
+    };
+    match view
+        .store
+        .remove(&key, removal)
+        .await
+        .map_err(|e| unavailable(&e))?
+    {
+        Removed::Missing => Err(ProxyError::NoRecord),
+        Removed::KeptInFlight => Err(ProxyError::RecordInFlight),
+        Removed::Removed => {
+            let (route, key) = (key.route(), key.log_id());
+            tracing::info!(%route, %key, force, "record removed by an operator");
+            Ok(StatusCode::NO_CONTENT)
+        }
     }
-    tracing::info!(route = %key.route(), key = %key.log_id(), "record removed by an operator");
-    Ok(StatusCode::NO_CONTENT)
 }
 
 /// What an operator may see of a record: never the body or the client's secret.

@@ -89,7 +89,12 @@ pub(crate) fn router(
         .route("/inbox/{route}/dead/{id}", delete(inbox::remove))
         .route("/inbox/{route}/dead/{id}/retry", post(inbox::retry))
         .route("/reload", post(reload_config))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token))
+        // Inside the token check, so a refused token is told nothing more than that.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            render_problems,
+        ));
     axum::Router::new()
         .route("/", get(page::page))
         .route("/healthz", get(|| async { "ok" }))
@@ -120,16 +125,24 @@ async fn require_token(State(state): State<AdminState>, request: Request, next: 
     refused
 }
 
+/// Renders the admin endpoints' own errors as problem+json (SPEC section 5), under the running
+/// config's problem base: the one place the admin listener turns an error into a body.
+async fn render_problems(
+    State(state): State<AdminState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let mut response = next.run(request).await;
+    state.view.load().problems.render(&mut response);
+    response
+}
+
 /// `POST /reload`: `200` with the new config's digest, or `400 bad-config` with the one line
 /// saying why the running config stays.
 async fn reload_config(State(state): State<AdminState>) -> Response {
     match state.reload.reload().await {
         Ok(digest) => Json(json!({ "digest": digest })).into_response(),
-        Err(e) => {
-            let mut refused = ProxyError::BadConfig(e.to_string()).into_response();
-            state.view.load().problems.render(&mut refused);
-            refused
-        }
+        Err(e) => ProxyError::BadConfig(e.to_string()).into_response(),
     }
 }
 

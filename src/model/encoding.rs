@@ -49,6 +49,15 @@ impl FencingToken {
     }
 }
 
+impl Record {
+    /// Whether an encoded record is an in-flight one, read from its state byte alone, so a
+    /// store can decide inside one atomic step (a script, a write transaction) without
+    /// decoding, or opening, the rest.
+    pub fn encoded_in_flight(encoded: &[u8]) -> bool {
+        encoded.get(1) == Some(&STATE_IN_FLIGHT)
+    }
+}
+
 /// A stored record that cannot be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("corrupt record: {0}")]

@@ -36,6 +36,27 @@ impl From<Record> for Reservation {
     }
 }
 
+/// What an operator's removal may drop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// Only a completed record. Dropping an in-flight one would let a retry run the operation
+    /// again while the first run is still going.
+    CompletedOnly,
+    /// Whatever is there (`?force=true`): the operator knows the first run is gone.
+    Forced,
+}
+
+/// What `remove` did, decided in the same atomic step that removed (or kept) the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removed {
+    /// A record was there and is gone.
+    Removed,
+    /// Nothing was there.
+    Missing,
+    /// An in-flight record was there and was kept ([`Removal::CompletedOnly`]).
+    KeptInFlight,
+}
+
 /// Where records live. Every operation is one atomic step in the backend.
 #[async_trait]
 pub trait Store: Send + Sync + fmt::Debug + 'static {
@@ -69,8 +90,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Reads a record and how long it has left, for operators and waiting duplicates.
     async fn get(&self, key: &ScopedKey) -> Result<Option<(Record, Duration)>, StoreError>;
 
-    /// Deletes a record whatever its state (an operator's decision). Returns whether one existed.
-    async fn remove(&self, key: &ScopedKey) -> Result<bool, StoreError>;
+    /// Deletes a record on an operator's word: a completed one always, an in-flight one only
+    /// when the removal is [`Removal::Forced`].
+    async fn remove(&self, key: &ScopedKey, removal: Removal) -> Result<Removed, StoreError>;
 
     /// Checks that the store answers.
     async fn ping(&self) -> Result<(), StoreError>;

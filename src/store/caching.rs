@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
-use super::api::{Fenced, Reservation, Store, StoreError};
+use super::api::{Fenced, Removal, Removed, Reservation, Store, StoreError};
 use super::inbox::Inbox;
 use super::replay_cache::ReplayCache;
 use crate::model::{CompletedRecord, FencingToken, Fingerprint, Record, ScopedKey};
@@ -120,9 +120,9 @@ impl<S: Store + ?Sized> Store for CachingStore<S> {
         self.inner.get(key).await
     }
 
-    async fn remove(&self, key: &ScopedKey) -> Result<bool, StoreError> {
+    async fn remove(&self, key: &ScopedKey, removal: Removal) -> Result<Removed, StoreError> {
         self.cache.invalidate(key.storage_key());
-        self.inner.remove(key).await
+        self.inner.remove(key, removal).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -184,7 +184,10 @@ mod tests {
         let inner = Arc::new(MemoryStore::new());
         let store = cached_over(inner.clone()).await;
         // Another replica drops the record: only the store behind this one sees it.
-        assert!(inner.remove(&key()).await.unwrap());
+        assert_eq!(
+            inner.remove(&key(), Removal::Forced).await.unwrap(),
+            Removed::Removed
+        );
         for _ in 0..3 {
             tokio::time::advance(Duration::from_millis(300)).await;
             assert!(matches!(reserve(&store).await, Reservation::Completed(_)));
@@ -201,7 +204,10 @@ mod tests {
         let inner = Arc::new(MemoryStore::new());
         let store = cached_over(inner.clone()).await;
         assert!(matches!(reserve(&store).await, Reservation::Completed(_)));
-        assert!(store.remove(&key()).await.unwrap());
+        assert_eq!(
+            store.remove(&key(), Removal::Forced).await.unwrap(),
+            Removed::Removed
+        );
         assert!(matches!(reserve(&store).await, Reservation::Acquired(_)));
     }
 
@@ -209,7 +215,10 @@ mod tests {
     async fn replays_come_from_memory_until_then() {
         let inner = Arc::new(MemoryStore::new());
         let store = cached_over(inner.clone()).await;
-        assert!(inner.remove(&key()).await.unwrap());
+        assert_eq!(
+            inner.remove(&key(), Removal::Forced).await.unwrap(),
+            Removed::Removed
+        );
         let Reservation::Completed(copy) = reserve(&store).await else {
             panic!("the copy answers")
         };

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use super::api::{Fenced, Reservation, Store, StoreError};
+use super::api::{Fenced, Removal, Removed, Reservation, Store, StoreError};
 use super::inbox::{Acceptance, Claim, Inbox, Settlement};
 use super::memory_inbox::MemoryQueues;
 use crate::model::{
@@ -188,12 +188,19 @@ impl Store for MemoryStore {
         Ok(live.map(|(record, expires)| (record.clone(), *expires - now)))
     }
 
-    async fn remove(&self, key: &ScopedKey) -> Result<bool, StoreError> {
+    async fn remove(&self, key: &ScopedKey, removal: Removal) -> Result<Removed, StoreError> {
         let storage_key = key.storage_key();
         let mut entries = self.entries(storage_key);
-        let existed = entries.live(storage_key, Instant::now()).is_some();
+        let found = entries.live(storage_key, Instant::now());
+        let answer = match found {
+            None => Removed::Missing,
+            Some((Record::InFlight(_), _)) if removal == Removal::CompletedOnly => {
+                return Ok(Removed::KeptInFlight)
+            }
+            Some(_) => Removed::Removed,
+        };
         entries.records.remove(storage_key);
-        Ok(existed)
+        Ok(answer)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -28,7 +28,7 @@ mod replay_cache;
 mod sealed;
 mod spec;
 
-pub use api::{Fenced, Reservation, Store, StoreError};
+pub use api::{Fenced, Removal, Removed, Reservation, Store, StoreError};
 pub use caching::CachingStore;
 pub use file::FileStore;
 pub use inbox::{Acceptance, Claim, Inbox, Settlement};

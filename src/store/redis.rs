@@ -40,12 +40,12 @@ use async_trait::async_trait;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, RedisError};
 
-use super::api::{Fenced, Reservation, Store, StoreError};
+use super::api::{Fenced, Removal, Removed, Reservation, Store, StoreError};
 use super::inbox::Inbox;
 use super::redis_commands::{decode, millis, refused_syntax, set_if_absent, with_time_left};
 use super::redis_inbox_keys::{InboxLayout, Resting, CLUSTER_SHARDS};
 use super::redis_per_thread::{Connect, PerThread};
-use super::redis_scripts::{Lua, COMPLETE, GET, RELEASE, RENEW, RESERVE};
+use super::redis_scripts::{Lua, COMPLETE, GET, RELEASE, REMOVE, RENEW, RESERVE};
 use crate::model::{CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, ScopedKey};
 
 /// What every key the proxy writes starts with, unless the operator picks another prefix.
@@ -341,13 +341,14 @@ impl<C: RedisConnection> Store for RedisStore<C> {
         }
     }
 
-    async fn remove(&self, key: &ScopedKey) -> Result<bool, StoreError> {
-        let mut removed = self.remove_named(self.key(key)).await?;
-        if let Some(inbox) = self.inbox.tagged_record(&self.prefix, key) {
-            // Two slots on a cluster, so two commands.
-            removed |= self.remove_named(inbox).await?;
+    /// On a cluster a key of an inbox route has its record under a name of its own (always
+    /// completed), looked at when the usual name has none: two slots, so two commands.
+    async fn remove(&self, key: &ScopedKey, removal: Removal) -> Result<Removed, StoreError> {
+        let removed = self.remove_named(self.key(key), removal).await?;
+        match self.inbox.tagged_record(&self.prefix, key) {
+            Some(inbox) if removed == Removed::Missing => self.remove_named(inbox, removal).await,
+            _ => Ok(removed),
         }
-        Ok(removed)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -369,10 +370,21 @@ impl<C: RedisConnection> RedisStore<C> {
         with_time_left(found)
     }
 
-    async fn remove_named(&self, name: String) -> Result<bool, StoreError> {
-        let removed: i64 = self
-            .run(|mut conn| async move { redis::cmd("DEL").arg(name).query_async(&mut conn).await })
+    async fn remove_named(&self, name: String, removal: Removal) -> Result<Removed, StoreError> {
+        let forced: &[u8] = if removal == Removal::Forced {
+            b"1"
+        } else {
+            b"0"
+        };
+        let args = [forced];
+        let call = REMOVE.on(name, &args);
+        let answer: i64 = self
+            .run(|mut conn| async move { call.run(&mut conn).await })
             .await?;
-        Ok(removed > 0)
+        Ok(match answer {
+            1 => Removed::Removed,
+            -1 => Removed::KeptInFlight,
+            _ => Removed::Missing,
+        })
     }
 }

@@ -119,6 +119,14 @@ pub(super) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     )
 });
 
+/// Byte 1 of an encoded record is its state, 0 for in flight (`Record::encoded_in_flight`).
+pub(super) static REMOVE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"if ARGV[1] ~= '1' and redis.call('GETRANGE', KEYS[1], 1, 1) == '\0' then return -1 end
+        return redis.call('DEL', KEYS[1])",
+    )
+});
+
 pub(super) static GET: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"local v = redis.call('GET', KEYS[1])

@@ -9,7 +9,9 @@ use async_trait::async_trait;
 use axum::body::Body;
 use http::{Response, StatusCode};
 use idempotency_proxy::model::{CompletedRecord, FencingToken, Fingerprint, Record, ScopedKey};
-use idempotency_proxy::store::{Fenced, MemoryStore, Reservation, Store, StoreError};
+use idempotency_proxy::store::{
+    Fenced, MemoryStore, Removal, Removed, Reservation, Store, StoreError,
+};
 use tower::ServiceExt;
 use tower_test::mock;
 
@@ -52,8 +54,8 @@ impl Store for NoRenewals {
     async fn get(&self, key: &ScopedKey) -> Result<Option<(Record, Duration)>, StoreError> {
         self.0.get(key).await
     }
-    async fn remove(&self, key: &ScopedKey) -> Result<bool, StoreError> {
-        self.0.remove(key).await
+    async fn remove(&self, key: &ScopedKey, removal: Removal) -> Result<Removed, StoreError> {
+        self.0.remove(key, removal).await
     }
     async fn ping(&self) -> Result<(), StoreError> {
         self.0.ping().await

@@ -37,7 +37,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use redb::{Database, DatabaseError, ReadableDatabase, ReadableTableMetadata};
 
-use super::api::{Fenced, Reservation, Store, StoreError};
+use super::api::{Fenced, Removal, Removed, Reservation, Store, StoreError};
 use super::inbox::Inbox;
 use crate::model::{
     now_millis, CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, ScopedKey,
@@ -257,10 +257,10 @@ impl Store for FileStore {
         self.read(move |txn| lookup(&txn, &key)).await
     }
 
-    async fn remove(&self, key: &ScopedKey) -> Result<bool, StoreError> {
+    async fn remove(&self, key: &ScopedKey, removal: Removal) -> Result<Removed, StoreError> {
         let key = key.storage_key().to_owned();
-        match self.writer.submit(Op::Remove { key }).await? {
-            Answer::Removed(existed) => Ok(existed),
+        match self.writer.submit(Op::Remove { key, removal }).await? {
+            Answer::Removed(removed) => Ok(removed),
             _ => Err(mismatch()),
         }
     }

@@ -17,8 +17,9 @@ use tokio::sync::oneshot;
 
 use super::queue::{QueueAnswer, QueueOp, QueueTables};
 use super::tables::{self, Tables};
+use crate::model::Record;
 use crate::model::{now_millis, DeliveryId, FencingToken};
-use crate::store::api::{Fenced, StoreError};
+use crate::store::api::{Fenced, Removal, Removed, StoreError};
 
 /// Bounds one transaction, so a flood of callers still gets answers in steady instalments.
 const MAX_BATCH: usize = 512;
@@ -53,6 +54,7 @@ pub(super) enum Op {
     },
     Remove {
         key: String,
+        removal: Removal,
     },
     /// Records an inbox acknowledgement and queues its delivery, or finds the key's record.
     Accept {
@@ -78,7 +80,7 @@ pub(super) enum Answer {
     /// `reserve` found a live record: its encoded bytes.
     Existing(Vec<u8>),
     Fenced(Fenced),
-    Removed(bool),
+    Removed(Removed),
     Queue(QueueAnswer),
 }
 
@@ -214,10 +216,16 @@ fn apply_one(
             tables.put(&key, &value)
         }),
         Op::Release { key, token } => fenced(tables, &key, token, now, |t, _| t.delete(&key)),
-        Op::Remove { key } => {
-            let existed = tables.live(&key, now)?.is_some();
+        Op::Remove { key, removal } => {
+            let Some(value) = tables.live(&key, now)? else {
+                return Ok(Answer::Removed(Removed::Missing));
+            };
+            let in_flight = Record::encoded_in_flight(tables::record(&value));
+            if in_flight && removal == Removal::CompletedOnly {
+                return Ok(Answer::Removed(Removed::KeptInFlight));
+            }
             tables.delete(&key)?;
-            Ok(Answer::Removed(existed))
+            Ok(Answer::Removed(Removed::Removed))
         }
         Op::Accept {
             key,

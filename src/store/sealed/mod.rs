@@ -28,7 +28,7 @@ use chacha20poly1305::aead::Generate;
 use chacha20poly1305::Nonce;
 use http::{HeaderMap, StatusCode};
 
-use super::api::{Fenced, Reservation, Store, StoreError};
+use super::api::{Fenced, Removal, Removed, Reservation, Store, StoreError};
 use super::inbox::Inbox;
 use crate::model::{
     CompletedRecord, FencingToken, Fingerprint, Record, RecordError, ScopedKey, StoredBody,
@@ -193,8 +193,8 @@ impl<S: Store + ?Sized> Store for SealedStore<S> {
         }
     }
 
-    async fn remove(&self, key: &ScopedKey) -> Result<bool, StoreError> {
-        self.inner.remove(&key.with_hashed_key()).await
+    async fn remove(&self, key: &ScopedKey, removal: Removal) -> Result<Removed, StoreError> {
+        self.inner.remove(&key.with_hashed_key(), removal).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
