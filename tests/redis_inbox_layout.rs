@@ -9,7 +9,9 @@ use bytes::Bytes;
 use common::records::{outcome, scoped, small_body};
 use http::{HeaderMap, Method};
 use idempotency_proxy::model::{Delivery, FencingToken, RouteName, StoredRequest};
-use idempotency_proxy::store::{Acceptance, Fenced, RedisStore, Settlement, Store};
+use idempotency_proxy::store::{
+    Acceptance, Fenced, RedisStore, Removal, Removed, Settlement, Store,
+};
 use redis::aio::MultiplexedConnection;
 
 const TTL: Duration = Duration::from_secs(60);
@@ -96,4 +98,26 @@ async fn a_delivery_that_cannot_be_decoded_is_made_dead_not_handed_out() {
     // Listing leaves it out rather than failing; an operator can still delete it by id.
     assert!(inbox.dead(&route(), 10, None).await.unwrap().is_empty());
     assert!(inbox.remove_dead(&route(), bad.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn an_inbox_record_named_in_its_shards_slot_is_found_and_removed_by_its_key() {
+    let Some((store, prefix)) = common::redis::store_with_prefix("inbox-tagged").await else {
+        return;
+    };
+    let store = store.with_inbox_shards(4);
+    let mut conn = common::redis::connection().await.unwrap();
+    let first = delivery(1);
+    accept(&store, &first).await;
+    let tagged: Vec<String> = keys(&mut conn, &prefix)
+        .await
+        .into_iter()
+        .filter(|k| k.starts_with(&format!("{prefix}{{hooks:")))
+        .collect();
+    assert_eq!(tagged.len(), 1, "the record, named with its shard's tag");
+    assert!(tagged[0].ends_with(":-:evt_1"), "{tagged:?}");
+    assert!(store.get(&first.key).await.unwrap().is_some());
+    let removed = store.remove(&first.key, Removal::CompletedOnly).await;
+    assert_eq!(removed.unwrap(), Removed::Removed);
+    assert!(store.get(&first.key).await.unwrap().is_none());
 }
