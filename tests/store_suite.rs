@@ -70,6 +70,24 @@ async fn redis_script(test: &str) -> Backend {
     Some(Arc::new(store.reserving_by_script()))
 }
 
+/// The Redis store with its inbox queues split into shards and its inbox records named in
+/// their shard's slot, as on a cluster: the cluster layout's logic, on one Redis.
+async fn redis_sharded(test: &str) -> Backend {
+    let store = common::redis::store(test).await?;
+    Some(Arc::new(store.with_inbox_shards(4)))
+}
+
+/// Encryption at rest over the sharded Redis layout: sealed deliveries, records under hashed
+/// keys, named in their shard's slot.
+async fn sealed_redis(test: &str) -> Backend {
+    let store = common::redis::store(test).await?.with_inbox_shards(4);
+    let path = TempPath::new(&format!("{test}.key"));
+    std::fs::write(path.path(), "07".repeat(32)).unwrap();
+    let secret = Secret::resolve(&format!("file:{}", path.path().display())).unwrap();
+    let keys = SealingKeys::new(SealingKey::from_secret(&secret).unwrap(), Vec::new());
+    Some(Arc::new(SealedStore::new(Arc::new(store), keys)))
+}
+
 /// A store on the test binary's private Redis Cluster, under a prefix of its own.
 async fn cluster(test: &str) -> Backend {
     // Starting the cluster blocks for a few seconds, once; the runtime is multi-threaded.
@@ -144,6 +162,11 @@ inbox_suite!(memory_inbox => memory);
 inbox_suite!(file_inbox => file);
 inbox_suite!(sealed_inbox => sealed);
 inbox_suite!(cached_inbox => cached);
+inbox_suite!(redis_inbox => redis);
+inbox_suite!(redis_script_inbox => redis_script);
+inbox_suite!(redis_sharded_inbox => redis_sharded);
+inbox_suite!(sealed_redis_inbox => sealed_redis);
+inbox_suite!(cluster_inbox => cluster);
 
 const LONG: Duration = Duration::from_secs(30);
 

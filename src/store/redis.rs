@@ -21,6 +21,8 @@
 //! The scripts live in `redis_scripts`. Durations travel as whole milliseconds, at least 1,
 //! because `PX 0` is an error in Redis and would turn a tiny lease into a failed request.
 //!
+//! Inbox routes' queues live beside the records, in sorted sets per route (`redis_inbox`).
+//!
 //! The operations are written once, over any `RedisConnection`. For one Redis that is a
 //! `ConnectionManager`: multiplexed, so all callers share one socket, and it reconnects by itself
 //! after Redis restarts. For a cluster it is the cluster client's connection (see
@@ -30,16 +32,18 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, Cmd, ErrorKind, RedisError, ServerErrorKind};
+use redis::{Client, RedisError};
 
 use super::api::{Fenced, Removal, Removed, Reservation, Store, StoreError};
+use super::inbox::Inbox;
+use super::redis_commands::{decode, millis, refused_syntax, set_if_absent, with_time_left};
+use super::redis_inbox_keys::{InboxLayout, Resting, CLUSTER_SHARDS};
 use super::redis_per_thread::{Connect, PerThread};
 use super::redis_scripts::{Lua, COMPLETE, GET, RELEASE, REMOVE, RENEW, RESERVE};
 use crate::model::{CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, ScopedKey};
@@ -64,13 +68,19 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisConnection for C {}
 #[derive(Clone)]
 pub struct RedisStore<C = PerThread<ConnectionManager>> {
     conn: C,
-    prefix: String,
-    op_timeout: Duration,
+    pub(super) prefix: String,
+    pub(super) op_timeout: Duration,
     /// Says which kind of deployment this is in `Debug` output, which leaves the connection out.
     topology: &'static str,
     /// Whether Redis takes `SET ... NX GET` (7.0 and later); when it refuses the syntax once,
     /// every replica of this store reserves with the script from then on.
     native_reserve: Arc<AtomicBool>,
+    /// How inbox queues are split into shards and named (`redis_inbox_keys`).
+    pub(super) inbox: InboxLayout,
+    /// Which shard the next inbox claim starts at.
+    pub(super) cursor: Arc<AtomicUsize>,
+    /// Inbox shards whose last claim failed, passed over for a moment.
+    pub(super) resting: Arc<Resting>,
 }
 
 impl RedisStore<PerThread<ConnectionManager>> {
@@ -108,13 +118,27 @@ impl RedisStore<PerThread<ConnectionManager>> {
 
 impl<C: RedisConnection> RedisStore<C> {
     pub(super) fn with_connection(conn: C, prefix: &str, topology: &'static str) -> Self {
+        let inbox = match topology {
+            "cluster" => InboxLayout::sharded(CLUSTER_SHARDS),
+            _ => InboxLayout::SINGLE,
+        };
         Self {
             conn,
             prefix: prefix.to_owned(),
             op_timeout: DEFAULT_OP_TIMEOUT,
             topology,
             native_reserve: Arc::new(AtomicBool::new(true)),
+            inbox,
+            cursor: Arc::default(),
+            resting: Arc::default(),
         }
+    }
+
+    /// Lays inbox queues out as on a cluster, `shards` per route, on any Redis.
+    #[doc(hidden)]
+    pub fn with_inbox_shards(mut self, shards: u16) -> Self {
+        self.inbox = InboxLayout::sharded(shards);
+        self
     }
 
     /// Reserves with the script even where Redis takes `SET ... NX GET`, as on Redis before 7.0.
@@ -135,15 +159,27 @@ impl<C: RedisConnection> RedisStore<C> {
     }
 
     /// Runs one Redis call under the operation time-out, mapping its failures.
-    async fn run<T, F>(&self, call: impl FnOnce(C) -> F) -> Result<T, StoreError>
+    pub(super) async fn run<T, F>(&self, call: impl FnOnce(C) -> F) -> Result<T, StoreError>
     where
         F: Future<Output = Result<T, RedisError>>,
     {
-        match tokio::time::timeout(self.op_timeout, call(self.conn.clone())).await {
+        self.run_within(self.op_timeout, call).await
+    }
+
+    /// Like `run`, bounded by `limit` instead of the operation time-out.
+    pub(super) async fn run_within<T, F>(
+        &self,
+        limit: Duration,
+        call: impl FnOnce(C) -> F,
+    ) -> Result<T, StoreError>
+    where
+        F: Future<Output = Result<T, RedisError>>,
+    {
+        match tokio::time::timeout(limit, call(self.conn.clone())).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) if e.is_timeout() => Err(StoreError::Timeout(self.op_timeout)),
+            Ok(Err(e)) if e.is_timeout() => Err(StoreError::Timeout(limit)),
             Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
-            Err(_) => Err(StoreError::Timeout(self.op_timeout)),
+            Err(_) => Err(StoreError::Timeout(limit)),
         }
     }
 
@@ -216,31 +252,6 @@ fn manager_config() -> ConnectionManagerConfig {
         .set_max_delay(Duration::from_secs(1))
 }
 
-/// Reserve-or-read as one native command: `SET key value NX GET PX lease` sets the in-flight
-/// record if the key is free and answers nil, or leaves the key alone and answers what is
-/// there. One round trip, atomic in Redis, and cheaper for Redis than running a script.
-fn set_if_absent(name: &str, encoded: &[u8], lease: &str) -> Cmd {
-    let mut cmd = redis::cmd("SET");
-    cmd.arg(name)
-        .arg(encoded)
-        .arg("NX")
-        .arg("GET")
-        .arg("PX")
-        .arg(lease);
-    cmd
-}
-
-/// Whether Redis refused a command's syntax (before 7.0, `SET` took `NX` and `GET` only apart).
-fn refused_syntax(error: &RedisError) -> bool {
-    error.kind() == ErrorKind::Server(ServerErrorKind::ResponseError)
-        && error.to_string().contains("syntax error")
-}
-
-/// A duration as Redis wants it: whole milliseconds, at least 1.
-fn millis(duration: Duration) -> String {
-    duration.as_millis().clamp(1, u64::MAX.into()).to_string()
-}
-
 /// Removes the URL's password, as written and as decoded, from a message, in case a lower
 /// layer echoed it back.
 pub(super) fn redact(url: &str, decoded: Option<&str>, mut message: String) -> String {
@@ -255,10 +266,6 @@ pub(super) fn redact(url: &str, decoded: Option<&str>, mut message: String) -> S
         }
     }
     message
-}
-
-fn decode(raw: Vec<u8>) -> Result<Record, StoreError> {
-    Ok(Record::decode(Bytes::from(raw))?)
 }
 
 #[async_trait]
@@ -324,27 +331,53 @@ impl<C: RedisConnection> Store for RedisStore<C> {
         self.fenced(&RELEASE, key, token, &[]).await
     }
 
+    /// On a cluster a key of an inbox route has its record under a name of its own, looked
+    /// at when the usual name has none.
     async fn get(&self, key: &ScopedKey) -> Result<Option<(Record, Duration)>, StoreError> {
-        let call = GET.on(self.key(key), &[]);
-        let found: Option<(Vec<u8>, i64)> = self
-            .run(|mut conn| async move { call.run(&mut conn).await })
-            .await?;
-        let Some((raw, pttl)) = found else {
-            return Ok(None);
-        };
-        // PTTL is -1 only for a value someone wrote without an expiry: it never runs out.
-        let left = u64::try_from(pttl).map_or(Duration::MAX, Duration::from_millis);
-        Ok(Some((decode(raw)?, left)))
+        let found = self.get_named(self.key(key)).await?;
+        match self.inbox.tagged_record(&self.prefix, key) {
+            Some(inbox) if found.is_none() => self.get_named(inbox).await,
+            _ => Ok(found),
+        }
     }
 
+    /// On a cluster a key of an inbox route has its record under a name of its own (always
+    /// completed), looked at when the usual name has none: two slots, so two commands.
     async fn remove(&self, key: &ScopedKey, removal: Removal) -> Result<Removed, StoreError> {
+        let removed = self.remove_named(self.key(key), removal).await?;
+        match self.inbox.tagged_record(&self.prefix, key) {
+            Some(inbox) if removed == Removed::Missing => self.remove_named(inbox, removal).await,
+            _ => Ok(removed),
+        }
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.run(|mut conn| async move { redis::cmd("PING").query_async::<()>(&mut conn).await })
+            .await
+    }
+
+    fn inbox(&self) -> Option<&dyn Inbox> {
+        Some(self)
+    }
+}
+
+impl<C: RedisConnection> RedisStore<C> {
+    async fn get_named(&self, name: String) -> Result<Option<(Record, Duration)>, StoreError> {
+        let call = GET.on(name, &[]);
+        let found = self
+            .run(|mut conn| async move { call.run(&mut conn).await })
+            .await?;
+        with_time_left(found)
+    }
+
+    async fn remove_named(&self, name: String, removal: Removal) -> Result<Removed, StoreError> {
         let forced: &[u8] = if removal == Removal::Forced {
             b"1"
         } else {
             b"0"
         };
         let args = [forced];
-        let call = REMOVE.on(self.key(key), &args);
+        let call = REMOVE.on(name, &args);
         let answer: i64 = self
             .run(|mut conn| async move { call.run(&mut conn).await })
             .await?;
@@ -353,10 +386,5 @@ impl<C: RedisConnection> Store for RedisStore<C> {
             -1 => Removed::KeptInFlight,
             _ => Removed::Missing,
         })
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.run(|mut conn| async move { redis::cmd("PING").query_async::<()>(&mut conn).await })
-            .await
     }
 }

@@ -6,6 +6,16 @@
 //! node, keeps one multiplexed connection per master, follows `MOVED` and `ASK` redirections and
 //! refreshes the map when the cluster changes, so a resharded or failed-over key is found again.
 //!
+//! Inbox queues are the exception to one key per operation: a script over a queue names
+//! several keys, which share a hash tag so they are one slot. Each route's queue is split into
+//! 16 shards, each its own tag and so its own slot, spread over the masters by Redis as any
+//! slot is: one slot lives on one master, and a route kept in one would put every
+//! acknowledgement and claim of that route on one machine however many the cluster has. An
+//! inbox route's acknowledgement record is named with its delivery's shard tag, so `accept`
+//! writes both in one script; proxy-mode records keep their names, and `get` and `remove` look
+//! under both names (`redis_inbox_keys`). Claims walk the shards round-robin and pass over, for
+//! a moment, a shard whose master does not answer.
+//!
 //! While a master is down, only the keys in its slots fail (`store-unavailable`, or a fail-open
 //! forward); the other masters keep answering. `ping` asks every master, so a health check says
 //! whether the whole cluster answers.

@@ -1,9 +1,11 @@
-//! The Lua scripts behind the Redis store, and how one is run against one key.
+//! The Lua scripts behind the Redis store's records, and how a script is run.
 //!
-//! Each script reads and writes exactly one key, so on Redis Cluster it runs on the master that
-//! owns the key's slot, and the same script serves a single Redis and a cluster.
+//! Each record script reads and writes exactly one key, so on Redis Cluster it runs on the
+//! master that owns the key's slot, and the same script serves a single Redis and a cluster.
+//! Inbox scripts (`redis_inbox_scripts`) name several keys, all in one slot by their hash tag.
 //!
-//! A call goes out as `EVALSHA hash 1 key args…`, which the cluster client routes by its key.
+//! A call goes out as `EVALSHA hash n keys… args…`, which the cluster client routes by its first
+//! key.
 //! When that node does not have the script cached (`NOSCRIPT`, after a restart, say) the call is
 //! repeated as `EVAL code 1 key args…`, which runs it and caches it on that same node. Loading it
 //! with `SCRIPT LOAD` instead would go to every node of a cluster and fail while any one of them
@@ -21,25 +23,30 @@ pub(super) struct Lua {
 }
 
 impl Lua {
-    fn new(code: &'static str) -> Self {
+    pub(super) fn new(code: &'static str) -> Self {
         let hash = Script::new(code).get_hash().to_owned();
         Self { code, hash }
     }
 
     /// A call of this script on `key` with `args`, ready to run.
     pub(super) fn on<'a>(&'static self, key: String, args: &'a [&'a [u8]]) -> Call<'a> {
+        self.on_keys(vec![key], args)
+    }
+
+    /// A call of this script on `keys` (all in one slot, for a cluster) with `args`.
+    pub(super) fn on_keys<'a>(&'static self, keys: Vec<String>, args: &'a [&'a [u8]]) -> Call<'a> {
         Call {
             script: self,
-            key,
+            keys,
             args,
         }
     }
 }
 
-/// One script call on one key.
+/// One script call on its keys.
 pub(super) struct Call<'a> {
     script: &'static Lua,
-    key: String,
+    keys: Vec<String>,
     args: &'a [&'a [u8]],
 }
 
@@ -71,7 +78,7 @@ impl Call<'_> {
 
     fn command(&self, name: &str, script: &str) -> Cmd {
         let mut cmd = redis::cmd(name);
-        cmd.arg(script).arg(1).arg(&self.key);
+        cmd.arg(script).arg(self.keys.len()).arg(&self.keys);
         for arg in self.args {
             cmd.arg(*arg);
         }

@@ -1,5 +1,6 @@
 //! An upstream for inbox deliveries: it records every delivery by its `Idempotency-Key`, with
-//! when it arrived and its `Delivery-Attempt`, measures how many overlap, and answers a status
+//! when it arrived and its `Delivery-Attempt`, measures how many overlap (in all, and for one
+//! key: two attempts of one delivery at once), and answers a status
 //! a test can change while it runs. It may start on a port chosen before it listens, so a
 //! proxy can be pointed at an upstream that is down.
 
@@ -30,6 +31,10 @@ struct Record {
     by_key: HashMap<String, Vec<Arrival>>,
     in_flight: usize,
     most_in_flight: usize,
+    /// Attempts in progress, by key.
+    in_flight_by_key: HashMap<String, usize>,
+    /// Attempts that arrived while another of the same key was in progress.
+    overlaps: usize,
 }
 
 #[derive(Clone)]
@@ -110,6 +115,11 @@ impl InboxUpstream {
         self.shared.record.lock().unwrap().most_in_flight
     }
 
+    /// How many attempts arrived while another attempt of the same key was in progress.
+    pub fn overlaps(&self) -> usize {
+        self.shared.record.lock().unwrap().overlaps
+    }
+
     /// Waits (at most `limit`) until `done` holds, checking after every arrival.
     pub async fn until(&self, limit: Duration, what: &str, done: impl Fn(&Self) -> bool) {
         let deadline = Instant::now() + limit;
@@ -154,7 +164,12 @@ async fn handle(
     };
     {
         let mut record = shared.record.lock().unwrap();
-        record.by_key.entry(key).or_default().push(arrival);
+        let same_key = record.in_flight_by_key.entry(key.clone()).or_default();
+        *same_key += 1;
+        if *same_key > 1 {
+            record.overlaps += 1;
+        }
+        record.by_key.entry(key.clone()).or_default().push(arrival);
         record.in_flight += 1;
         record.most_in_flight = record.most_in_flight.max(record.in_flight);
     }
@@ -162,7 +177,13 @@ async fn handle(
     let delay = *shared.delay.lock().unwrap();
     tokio::time::sleep(delay).await;
     let status = *shared.status.lock().unwrap();
-    shared.record.lock().unwrap().in_flight -= 1;
+    {
+        let mut record = shared.record.lock().unwrap();
+        record.in_flight -= 1;
+        if let Some(same_key) = record.in_flight_by_key.get_mut(&key) {
+            *same_key -= 1;
+        }
+    }
     Response::builder()
         .status(status)
         .body(Body::from("ok"))

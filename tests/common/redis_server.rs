@@ -2,13 +2,16 @@
 //! without disturbing the shared test Redis.
 //!
 //! It runs with no persistence (`--save "" --appendonly no`), so a restart comes back empty: the
-//! worst case for the proxy, a Redis that lost every record. Every wait is bounded and fails
+//! worst case for the proxy, a Redis that lost every record. A durable one
+//! (`start_durable`) keeps an append-only file fsynced on every write (`--appendfsync always`)
+//! in a directory of its own, and comes back from a kill with every write it acknowledged. Every wait is bounded and fails
 //! with a message; the process is killed when the value is dropped.
 //!
 //! Without `redis-server` on `PATH` a test prints `SKIPPED` and returns early, unless
 //! `REQUIRE_REDIS=1`, which turns that into a failure.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -26,12 +29,25 @@ const PORT_ATTEMPTS: usize = 5;
 pub struct RedisServer {
     port: u16,
     child: Option<Child>,
+    /// Where a durable server keeps its append-only file; `None` for no persistence.
+    dir: Option<PathBuf>,
 }
 
 impl RedisServer {
     /// Starts a server on a free port, or `None` (after saying so) when there is no
     /// `redis-server` and `REQUIRE_REDIS=1` is not set.
     pub async fn start() -> Option<RedisServer> {
+        Self::start_in(None).await
+    }
+
+    /// Like [`start`](Self::start), with every acknowledged write fsynced to an append-only
+    /// file in `dir`, which a restart reads back.
+    pub async fn start_durable(dir: PathBuf) -> Option<RedisServer> {
+        std::fs::create_dir_all(&dir).unwrap();
+        Self::start_in(Some(dir)).await
+    }
+
+    async fn start_in(dir: Option<PathBuf>) -> Option<RedisServer> {
         if let Err(why) = Command::new("redis-server")
             .arg("--version")
             .stdout(Stdio::null())
@@ -50,7 +66,12 @@ impl RedisServer {
         let mut last_error = String::new();
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port();
-            let mut server = RedisServer { port, child: None };
+            let dir = dir.clone();
+            let mut server = RedisServer {
+                port,
+                child: None,
+                dir,
+            };
             match server.spawn().await {
                 Ok(()) => return Some(server),
                 Err(why) => last_error = why,
@@ -97,7 +118,7 @@ impl RedisServer {
     }
 
     /// Starts a fresh server on the same port (killing the old one if it still runs). It holds
-    /// no data: nothing was persisted.
+    /// no data unless it is durable: then it holds every write it acknowledged.
     pub async fn restart(&mut self) {
         self.kill();
         let deadline = Instant::now() + START_TIMEOUT;
@@ -119,7 +140,7 @@ impl RedisServer {
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
-            .args(["--appendonly", "no"])
+            .args(self.persistence())
             .args(["--daemonize", "no"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -145,6 +166,22 @@ impl RedisServer {
                 return Err(format!("no answer to PING within {START_TIMEOUT:?}"));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl RedisServer {
+    fn persistence(&self) -> Vec<String> {
+        match &self.dir {
+            None => vec!["--appendonly".into(), "no".into()],
+            Some(dir) => vec![
+                "--appendonly".into(),
+                "yes".into(),
+                "--appendfsync".into(),
+                "always".into(),
+                "--dir".into(),
+                dir.display().to_string(),
+            ],
         }
     }
 }

@@ -1,0 +1,51 @@
+//! The plain Redis commands the record operations are made of, beside the scripts
+//! (`redis_scripts`): the native reserve, and how durations and answers are converted.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind};
+
+use super::api::StoreError;
+use crate::model::Record;
+
+/// Reserve-or-read as one native command: `SET key value NX GET PX lease` sets the in-flight
+/// record if the key is free and answers nil, or leaves the key alone and answers what is
+/// there. One round trip, atomic in Redis, and cheaper for Redis than running a script.
+pub(super) fn set_if_absent(name: &str, encoded: &[u8], lease: &str) -> Cmd {
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(name)
+        .arg(encoded)
+        .arg("NX")
+        .arg("GET")
+        .arg("PX")
+        .arg(lease);
+    cmd
+}
+
+/// Whether Redis refused a command's syntax (before 7.0, `SET` took `NX` and `GET` only apart).
+pub(super) fn refused_syntax(error: &RedisError) -> bool {
+    error.kind() == ErrorKind::Server(ServerErrorKind::ResponseError)
+        && error.to_string().contains("syntax error")
+}
+
+/// A duration as Redis wants it: whole milliseconds, at least 1.
+pub(super) fn millis(duration: Duration) -> String {
+    duration.as_millis().clamp(1, u64::MAX.into()).to_string()
+}
+
+pub(super) fn decode(raw: Vec<u8>) -> Result<Record, StoreError> {
+    Ok(Record::decode(Bytes::from(raw))?)
+}
+
+/// A record as the `GET` script answers it, with how long it has left.
+pub(super) fn with_time_left(
+    found: Option<(Vec<u8>, i64)>,
+) -> Result<Option<(Record, Duration)>, StoreError> {
+    let Some((raw, pttl)) = found else {
+        return Ok(None);
+    };
+    // PTTL is -1 only for a value someone wrote without an expiry: it never runs out.
+    let left = u64::try_from(pttl).map_or(Duration::MAX, Duration::from_millis);
+    Ok(Some((decode(raw)?, left)))
+}
