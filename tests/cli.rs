@@ -175,7 +175,7 @@ async fn sigterm_lets_a_request_in_flight_finish_before_exiting() {
 async fn log_lines_name_route_and_outcome_but_never_a_key_a_secret_or_a_body() {
     let upstream = TestUpstream::start().await;
     let args = ["--store", "memory", "--log-format", "json"];
-    let (child, client) = start_binary_logging(&upstream.url(), &args, Stdio::piped()).await;
+    let (child, client) = start_binary_logging(&upstream.url(), &args, Stdio::piped).await;
     let key = "customer-4242-key-do-not-log";
     let headers = [
         ("idempotency-key", key),
@@ -254,7 +254,7 @@ async fn the_admin_listener_serves_probes_and_metrics_beside_the_proxy() {
 async fn text_logs_written_to_a_file_carry_no_terminal_colour_codes() {
     let upstream = TestUpstream::start().await;
     let (child, client) =
-        start_binary_logging(&upstream.url(), &["--store", "memory"], Stdio::piped()).await;
+        start_binary_logging(&upstream.url(), &["--store", "memory"], Stdio::piped).await;
     client.post("/v1/x", "plain-text-log", "{}").await;
     sigterm(&child);
     let output = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())

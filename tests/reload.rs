@@ -5,6 +5,7 @@
 mod common;
 
 use std::path::PathBuf;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -218,7 +219,8 @@ async fn sighup_reloads_the_running_binary() {
     let file_flag = file.display().to_string();
     let log = std::fs::File::create(file.with_extension("log")).unwrap();
     let flags = ["--config", &file_flag, "--store", "memory"];
-    let (mut child, client) = start_binary_logging(&upstream.url(), &flags, log.into()).await;
+    let log_to = || Stdio::from(log.try_clone().unwrap());
+    let (mut child, client) = start_binary_logging(&upstream.url(), &flags, log_to).await;
     let unkeyed = client.send("POST", "/v1/charges", &[], "{}").await;
     assert_eq!(unkeyed.status, StatusCode::CREATED);
     std::fs::write(&file, "[defaults]\nrequire_key = true\n").unwrap();

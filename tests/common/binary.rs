@@ -9,22 +9,38 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_idempotency-proxy");
 
 /// The binary in front of `upstream`, once it accepts connections; its log is discarded.
 pub async fn start_binary(upstream: &str, extra: &[&str]) -> (tokio::process::Child, TestClient) {
-    start_binary_logging(upstream, extra, Stdio::null()).await
+    start_binary_logging(upstream, extra, Stdio::null).await
 }
 
 /// Like [`start_binary`], with the log going to `stderr`.
+///
+/// The port is one the kernel had free a moment before; another test may be given it too. The
+/// proxy that binds it second stops ("address in use"), and is started again on another port.
 pub async fn start_binary_logging(
     upstream: &str,
     extra: &[&str],
-    stderr: Stdio,
+    stderr: impl Fn() -> Stdio,
 ) -> (tokio::process::Child, TestClient) {
+    for _ in 0..3 {
+        if let Some(started) = try_start(upstream, extra, stderr()).await {
+            return started;
+        }
+    }
+    panic!("the proxy did not start on any of three free ports");
+}
+
+async fn try_start(
+    upstream: &str,
+    extra: &[&str],
+    stderr: Stdio,
+) -> Option<(tokio::process::Child, TestClient)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let listen = format!("127.0.0.1:{port}");
-    let child = tokio::process::Command::new(BIN)
+    let mut child = tokio::process::Command::new(BIN)
         .args(["--upstream", upstream, "--listen", &listen])
         .args(extra)
         .stderr(stderr)
@@ -32,8 +48,11 @@ pub async fn start_binary_logging(
         .spawn()
         .unwrap();
     for _ in 0..100 {
+        if child.try_wait().unwrap().is_some() {
+            return None;
+        }
         if tokio::net::TcpStream::connect(&listen).await.is_ok() {
-            return (child, TestClient::new(listen.parse().unwrap()));
+            return Some((child, TestClient::new(listen.parse().unwrap())));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
