@@ -4,7 +4,9 @@ Adding a case is one `Case(...)` line in `all_cases`: a name (what `BENCH_CASES`
 label for the table, the server (`Upstream()`, `Nginx(template)` or `Proxy(store, args,
 config)`), the load (`Load(mode, script, path, headers)`), its goals, and the case its ratios
 are taken against (nginx pass-through unless it says otherwise: a case behind TLS would name an
-nginx case terminating TLS with a config template of its own).
+nginx case terminating TLS with a config template of its own). A case may also name a case it
+is compared with (`versus`): the median of its per-round req/s and CPU ratios to that case is
+printed under the tables (an inbox route against proxy mode on the same store).
 """
 
 import dataclasses
@@ -75,6 +77,7 @@ class Case:
     load: Load = PLAIN
     goals: tuple = ()
     reference: str = "nginx"  # the case whose same-round figures the ratios are taken against
+    versus: str = ""  # a second case of the same rounds it is compared with, if any
     skipped: str = ""  # why the case has no figures
     results: list = field(default_factory=list)  # per round: a dict of figures, or None
 
@@ -106,6 +109,13 @@ def all_cases(redis_url):
              (throughput(0.55), p99(1.5), small)),
         Case("ours-keyed-file", "ours keyed first, file", Proxy(file), KEYED,
              (throughput(0.4), small)),
+        # An inbox route (`mode = "inbox"`, inbox.proxy.toml): each keyed POST is stored with
+        # its key and acknowledged 202; the proxy delivers it to the same upstream in the
+        # background meanwhile, and those deliveries are part of the measured cost.
+        Case("ours-inbox-redis", "ours inbox ack, Redis (delivering meanwhile)",
+             Proxy(redis, config="inbox.proxy.toml"), KEYED, versus="ours-keyed-redis"),
+        Case("ours-inbox-file", "ours inbox ack, file (delivering meanwhile)",
+             Proxy(file, config="inbox.proxy.toml"), KEYED, versus="ours-keyed-file"),
         Case("ours-replay-memory", "ours replay, memory", Proxy(memory), REPLAY,
              (throughput(1.3),)),
         Case("ours-replay-redis", "ours replay, Redis", Proxy(redis), REPLAY,
@@ -132,6 +142,7 @@ def with_build_b(cases):
             out.append(dataclasses.replace(
                 case, name=f"{case.name} (B)", label=f"{case.label} (B)",
                 server=dataclasses.replace(case.server, build="B"), results=[],
+                versus=f"{case.versus} (B)" if case.versus else "",
             ))
     return out
 
@@ -146,6 +157,7 @@ def select(cases, names):
         raise ValueError(f"no such case: {', '.join(sorted(unknown))}; "
                          f"cases: {', '.join(c.name for c in cases)}")
     # A reference has a reference of its own (nginx TLS is measured against nginx in clear).
-    while more := {c.reference for c in cases if c.name in wanted} - wanted:
+    while more := {n for c in cases if c.name in wanted for n in (c.reference, c.versus)
+                   if n} - wanted:
         wanted |= more
     return [c for c in cases if c.name in wanted]

@@ -74,9 +74,11 @@ def run_rounds(runner, cases, settings, have_redis):
             if result is None:
                 log(f"round {round_no} {case.name}: skipped ({case.skipped})")
                 continue
+            delivered = (f", {result['delivered_per_s']:,.0f} deliveries/s meanwhile"
+                         if "delivered_per_s" in result else "")
             log(f"round {round_no} {case.name}: {result['rps']:,.0f} req/s, "
                 f"p50 {result['p50_us'] / 1000:.2f} ms, p99 {result['p99_us'] / 1000:.2f} ms, "
-                f"{fmt_cpu(result['cpu_us_per_req'])}")
+                f"{fmt_cpu(result['cpu_us_per_req'])}{delivered}")
 
 
 def fmt_cpu(cpu):
@@ -96,6 +98,11 @@ def print_report(settings, cases, elapsed_s):
     print("\nCPU per request of the other processes in the same windows (Redis: the whole "
           "server, whoever else uses it):\n")
     print(report.cpu_table(cases, summaries))
+    compared = report.versus_table(cases, summaries)
+    if compared:
+        print("\nSame-run ratios to another case (median of the per-round ratios; an inbox "
+              "route against proxy mode on the same store):\n")
+        print(compared)
     print("\nGoals (medians over the rounds):\n")
     print(report.goals_table(cases, summaries))
     for note in report.skipped_notes(cases):
@@ -158,12 +165,13 @@ def main():
     started = time.monotonic()
     try:
         cases = chosen_cases(settings)
-        fixtures = Fixtures(tmp, processes, proxy_binaries(settings))
+        run_id = f"{os.getpid()}-{int(time.time())}"
+        fixtures = Fixtures(tmp, processes, proxy_binaries(settings), run_id=run_id)
         have_redis = redis_available(settings.redis_url)
         redis_pid = redis_server_pid(settings.redis_url) if have_redis else None
         upstream = fixtures.start_upstream()
         log(f"upstream (nginx, 1 worker) on 127.0.0.1:{upstream.port}; Redis PID {redis_pid}")
-        runner = Runner(settings, fixtures, redis_pid, f"{os.getpid()}-{int(time.time())}")
+        runner = Runner(settings, fixtures, redis_pid, run_id)
         if args.profile:
             profile(runner, cases, args, settings)
             return 0

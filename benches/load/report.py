@@ -50,6 +50,7 @@ def summarize(case, reference):
         "p99_ms": median([r["p99_us"] / 1000 for r in rounds]),
         "p99_ratio": median(_ratios(case, reference, "p99_us")),
         "errors": sum(r["errors"] for r in rounds),
+        "delivered_per_s": median([r.get("delivered_per_s") for r in rounds]),
         "rss_mib": None if hwm is None else hwm / 1024,
         "cpu_us_per_req": {
             name: median([r["cpu_us_per_req"].get(name) for r in rounds])
@@ -60,7 +61,46 @@ def summarize(case, reference):
 
 def summarize_all(cases):
     by_name = {case.name: case for case in cases}
-    return {case.name: summarize(case, by_name[case.reference]) for case in cases}
+    summaries = {case.name: summarize(case, by_name[case.reference]) for case in cases}
+    for case in cases:
+        if case.versus and summaries[case.name] is not None:
+            summaries[case.name]["versus"] = versus(case, by_name[case.versus])
+    return summaries
+
+
+def versus(case, other):
+    """The case against the case it is compared with, round by round (the same rounds)."""
+    pairs = [(a, b) for a, b in zip(case.results, other.results) if a and b]
+    rps = [a["rps"] / b["rps"] for a, b in pairs if b["rps"]]
+    cpu = [a["cpu_us_per_req"]["server"] / b["cpu_us_per_req"]["server"] for a, b in pairs
+           if a["cpu_us_per_req"].get("server") is not None and b["cpu_us_per_req"].get("server")]
+    return {
+        "case": other.name,
+        "rps_ratio": median(rps),
+        "rps_ratio_min": min(rps, default=None),
+        "rps_ratio_max": max(rps, default=None),
+        "rps_ratio_by_round": rps,
+        "cpu_ratio": median(cpu),
+    }
+
+
+def versus_table(cases, summaries):
+    """Each case that names a `versus` case, against it: median of the per-round ratios."""
+    labels = {case.name: case.label for case in cases}
+    lines = ["| case | compared with | req/s × | lowest–highest round | proxy CPU µs/req × "
+             "| deliveries/s meanwhile |",
+             "|---|---|---:|---:|---:|---:|"]
+    rows = 0
+    for case in cases:
+        v = (summaries[case.name] or {}).get("versus")
+        if not v:
+            continue
+        rows += 1
+        lines.append(f"| {case.label} | {labels[v['case']]} | {fmt(v['rps_ratio'], '.2f')} "
+                     f"| {fmt(v['rps_ratio_min'], '.2f')}–{fmt(v['rps_ratio_max'], '.2f')} "
+                     f"| {fmt(v['cpu_ratio'], '.2f')} "
+                     f"| {fmt(summaries[case.name].get('delivered_per_s'), ',.0f')} |")
+    return "\n".join(lines) if rows else ""
 
 
 def main_table(cases, summaries):
@@ -154,6 +194,7 @@ def write_json(path, settings, cases, summaries, elapsed_s):
                 "name": case.name,
                 "label": case.label,
                 "reference": case.reference,
+                "versus": case.versus or None,
                 "server": repr(case.server),
                 "load": dataclasses.asdict(case.load),
                 "goals": [dataclasses.asdict(goal) for goal in case.goals],

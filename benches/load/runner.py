@@ -89,7 +89,7 @@ class Runner:
         finally:
             server.stop()
             if case.uses_redis:
-                self.forget_redis_keys(key_prefix)
+                self.forget_redis_keys(key_prefix, case)
 
     def measured_window(self, case, server, key_prefix, during):
         watched = {"server": server.pids}
@@ -97,9 +97,11 @@ class Runner:
             watched["upstream"] = self.fixtures.upstream.pids
         if case.uses_redis and self.redis_pid is not None:
             watched["redis"] = [self.redis_pid]
+        delivered_before = delivered(server)
         before = {name: cpu_seconds(pids) for name, pids in watched.items()}
         result, wrk_cpu_s = self.wrk(case, server, self.settings.duration_s, key_prefix, during)
         after = {name: cpu_seconds(pids) for name, pids in watched.items()}
+        delivered_after = delivered(server)
         used = {name: _minus(after[name], before[name]) for name in watched}
         used["wrk"] = wrk_cpu_s
         requests = result["requests"]
@@ -109,6 +111,10 @@ class Runner:
         }
         result["rps"] = requests / (result["duration_us"] / 1e6)
         result["errors"] = sum(v for k, v in result.items() if k.startswith("err_"))
+        if delivered_before is not None and delivered_after is not None:
+            # An inbox route's deliveries to the upstream made in the same window.
+            result["delivered_per_s"] = ((delivered_after - delivered_before)
+                                         / (result["duration_us"] / 1e6))
         if server.rss_pid is not None:
             result["vm_hwm_kib"] = vm_hwm_kib(server.rss_pid)
         return result
@@ -146,12 +152,29 @@ class Runner:
                 return {k: int(v) for k, v in fields.items()}, wrk_cpu_s
         raise RuntimeError(f"no BENCH line in wrk's output:\n{out.decode()}")
 
-    def forget_redis_keys(self, key_prefix):
+    def forget_redis_keys(self, key_prefix, case):
         try:
             with Redis(self.settings.redis_url) as client:
                 client.delete_matching(f"idempotency-proxy:*{key_prefix}-*")
+                # An inbox route's queue (inbox.proxy.toml names the route after the run and
+                # the case): what is still queued when the proxy stops.
+                route = f"bench-{self.run_id}-{case.slug}"
+                client.delete_matching(f"idempotency-proxy:inbox:{{{route}:*")
         except (OSError, RuntimeError) as e:
             log(f"could not delete this run's Redis keys ({key_prefix}-*): {e}")
+
+
+def delivered(server):
+    """Deliveries an inbox route has made so far (idempotency_inbox_attempts_total with
+    result="delivered", from the admin listener's /metrics), or None without one."""
+    if server.admin_port is None:
+        return None
+    url = f"http://127.0.0.1:{server.admin_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("idempotency_inbox_attempts_total{")
+               and 'result="delivered"' in line)
 
 
 def _children_cpu_s():

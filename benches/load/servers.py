@@ -3,7 +3,8 @@
 A case names one of these specs; `start` brings a fresh server up on a free loopback port for one
 run and returns it as `Running`: where it listens, which processes' CPU time is its own, and how
 to stop it. Config templates live next to this file; `@NAME@` placeholders in them are filled in
-(`@PREFIX@` is the run's scratch directory, `@UPSTREAM_PORT@` the shared upstream's port).
+(`@PREFIX@` is the run's scratch directory, `@UPSTREAM_PORT@` the shared upstream's port, `@RUN@`
+the run's id, `@NAME@` the case's slug).
 """
 
 import os
@@ -27,6 +28,7 @@ class Running:
     rss_pid: Optional[int] = None  # the process whose peak RSS is reported
     stop: Callable[[], None] = field(default=lambda: None)
     scheme: str = "http"
+    admin_port: Optional[int] = None  # the proxy's admin listener, if its config opens one
 
 
 @dataclass
@@ -37,11 +39,12 @@ class Fixtures:
     processes: object  # procs.Processes
     proxy_bins: dict  # "A" (and "B" when comparing two builds) -> path of a proxy binary
     upstream: Optional[Running] = None
+    run_id: str = "run"  # this run's id, @RUN@ in templates
 
     def render(self, template, name, **values):
         with open(os.path.join(HERE, template)) as f:
             text = f.read()
-        values.update(PREFIX=self.tmp, NAME=name)
+        values.update(PREFIX=self.tmp, NAME=name, RUN=self.run_id)
         if self.upstream is not None:
             values.setdefault("UPSTREAM_PORT", self.upstream.port)
         for key, value in values.items():
@@ -130,8 +133,14 @@ class Proxy:
         argv = [fixtures.proxy_bins[self.build], "--listen", f"127.0.0.1:{port}",
                 "--upstream", f"http://127.0.0.1:{fixtures.upstream.port}", "--store", store,
                 *self.args]
+        admin_port = None
         if self.config is not None:
-            argv += ["--config", fixtures.render(self.config, name, PORT=port)]
+            port_for_admin = free_port()  # @ADMIN_PORT@, for a template that opens one
+            conf = fixtures.render(self.config, name, PORT=port, ADMIN_PORT=port_for_admin)
+            with open(conf) as f:
+                if f"127.0.0.1:{port_for_admin}" in f.read():
+                    admin_port = port_for_admin
+            argv += ["--config", conf]
         scheme = "https" if self.tls else "http"
         if self.tls:
             cert, key = fixtures.tls_pair()
@@ -150,7 +159,7 @@ class Proxy:
             if store.startswith("file:"):
                 _remove(store[len("file:"):])
 
-        return Running(port, [process.pid], process.pid, stop, scheme)
+        return Running(port, [process.pid], process.pid, stop, scheme, admin_port)
 
     @property
     def uses_redis(self):
