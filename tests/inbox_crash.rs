@@ -13,10 +13,20 @@ use common::temp::TempPath;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// One test at a time: `start_binary` picks a free port and the proxy binds it with
-/// `SO_REUSEPORT`, so two proxies started at once may share a port, and one test's SIGKILL
-/// would then cut the other's connections.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// The proxy's flags for a file store and a config file, both named after `name`, with the
+/// inbox route `hooks` to `upstream` and `extra` route keys; the files go with the paths.
+fn file_store_proxy(name: &str, upstream: &str, extra: &str) -> (Vec<String>, [TempPath; 2]) {
+    let config_file = TempPath::new(&format!("{name}.toml"));
+    let store = TempPath::new(&format!("{name}.db"));
+    config(&config_file, upstream, extra);
+    let args = vec![
+        "--store".to_owned(),
+        store.store_spec(),
+        "--config".to_owned(),
+        config_file.path().display().to_string(),
+    ];
+    (args, [config_file, store])
+}
 
 /// A config file with the inbox route `hooks` to `upstream`, and `extra` route keys.
 fn config(file: &TempPath, upstream: &str, extra: &str) {
@@ -50,20 +60,10 @@ async fn hook(client: &TestClient, key: &str) -> u16 {
 
 #[tokio::test]
 async fn every_acknowledged_delivery_arrives_after_a_sigkill() {
-    let _alone = ONE_AT_A_TIME.lock().await;
     let upstream = InboxUpstream::start().await;
     upstream.take(Duration::from_millis(300));
-    let (config_file, store) = (
-        TempPath::new("inbox-kill.toml"),
-        TempPath::new("inbox-kill.db"),
-    );
-    config(&config_file, &upstream.url(), "");
-    let args = [
-        "--store",
-        &store.store_spec(),
-        "--config",
-        &config_file.path().display().to_string(),
-    ];
+    let (args, _files) = file_store_proxy("inbox-kill", &upstream.url(), "");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (first, client) = start_binary(&upstream.url(), &args).await;
     let burst: Vec<_> = (0..30)
         .map(|n| {
@@ -94,20 +94,11 @@ async fn every_acknowledged_delivery_arrives_after_a_sigkill() {
 
 #[tokio::test]
 async fn a_drain_finishes_attempts_in_flight_and_starts_no_more() {
-    let _alone = ONE_AT_A_TIME.lock().await;
     let upstream = InboxUpstream::start().await;
     upstream.take(Duration::from_millis(800));
-    let (config_file, store) = (
-        TempPath::new("inbox-drain.toml"),
-        TempPath::new("inbox-drain.db"),
-    );
-    config(&config_file, &upstream.url(), "deliver_concurrency = 2");
-    let args = [
-        "--store",
-        &store.store_spec(),
-        "--config",
-        &config_file.path().display().to_string(),
-    ];
+    let (args, _files) =
+        file_store_proxy("inbox-drain", &upstream.url(), "deliver_concurrency = 2");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (first, client) = start_binary(&upstream.url(), &args).await;
     for n in 0..6 {
         assert_eq!(hook(&client, &format!("drain-{n}")).await, 202);

@@ -25,9 +25,9 @@ use tokio::time::Instant;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// One test at a time: `start_binary` picks a free port and the proxy binds it with
-/// `SO_REUSEPORT`, so two proxies started at once may share a port, and one test's SIGKILL
-/// would then cut the other's connections.
+/// One test at a time: each starts Redis servers of its own (or a cluster) and several
+/// proxies, and kills some of them; run together on a small machine, their time-outs and
+/// leases would be measured against each other's load.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A route name of this run only, so queues left by another run are never in the way.

@@ -5,7 +5,6 @@
 use std::num::NonZeroU32;
 
 use http::StatusCode;
-use toml::Spanned;
 
 use super::error::ConfigError;
 use super::file::{unspanned, PolicyTable};
@@ -24,38 +23,33 @@ pub(super) fn apply(
     if let Some(mode) = &table.mode {
         policy.mode = *mode.get_ref();
     }
-    set(
-        src,
+    src.set(
         "inbox_ack_status",
         &table.inbox_ack_status,
         &mut policy.inbox_ack_status,
         |s| ack_status(*s),
     )?;
-    set(
-        src,
+    src.set(
         "deliver_success",
         &table.deliver_success,
         &mut delivery.deliver_success,
         |v| v.iter().map(|s| status(*s)).collect(),
     )?;
     apply_durations(src, delivery, table)?;
-    set(
-        src,
+    src.set(
         "max_attempts",
         &table.max_attempts,
         &mut delivery.max_attempts,
         |n| positive(*n, u32::MAX.into()).map(|n| n as u32),
     )?;
     let concurrency = &mut delivery.deliver_concurrency;
-    set(
-        src,
+    src.set(
         "deliver_concurrency",
         &table.deliver_concurrency,
         concurrency,
         |n| positive(*n, 65_536).map(|n| n as usize),
     )?;
-    set(
-        src,
+    src.set(
         "deliver_rate",
         &table.deliver_rate,
         &mut delivery.deliver_rate,
@@ -72,25 +66,20 @@ fn apply_durations(
     table: &PolicyTable,
 ) -> Result<(), ConfigError> {
     let timeout = &mut delivery.deliver_timeout;
-    set(
-        src,
-        "deliver_timeout",
-        &table.deliver_timeout,
-        timeout,
-        |d| duration(d),
-    )?;
-    let initial = &mut delivery.retry_initial;
-    set(src, "retry_initial", &table.retry_initial, initial, |d| {
+    src.set("deliver_timeout", &table.deliver_timeout, timeout, |d| {
         duration(d)
     })?;
-    set(
-        src,
+    let initial = &mut delivery.retry_initial;
+    src.set("retry_initial", &table.retry_initial, initial, |d| {
+        duration(d)
+    })?;
+    src.set(
         "retry_max",
         &table.retry_max,
         &mut delivery.retry_max,
         |d| duration(d),
     )?;
-    set(src, "max_age", &table.max_age, &mut delivery.max_age, |d| {
+    src.set("max_age", &table.max_age, &mut delivery.max_age, |d| {
         duration(d)
     })?;
     if delivery.retry_max < delivery.retry_initial {
@@ -120,19 +109,6 @@ fn positive(raw: i64, max: i64) -> Result<i64, String> {
         return Err(format!("{raw} is outside 1..={max}"));
     }
     Ok(raw)
-}
-
-fn set<T, V>(
-    src: &Source,
-    key: &str,
-    given: &Option<Spanned<T>>,
-    target: &mut V,
-    parse: impl FnOnce(&T) -> Result<V, String>,
-) -> Result<(), ConfigError> {
-    if let Some(spanned) = given {
-        *target = parse(spanned.get_ref()).map_err(|reason| src.bad(spanned, key, reason))?;
-    }
-    Ok(())
 }
 
 /// Prints a route's mode, and on an inbox route every inbox key (`deliver_rate` where set).

@@ -46,16 +46,11 @@ pub(super) fn apply(
 ) -> Result<(), ConfigError> {
     // Zero is allowed here: it turns the local replay cache off.
     let cache = &mut inherited.replay_cache_ttl;
-    set(
-        src,
-        "replay_cache_ttl",
-        &table.replay_cache_ttl,
-        cache,
-        |d| crate::units::humane_duration::parse(d),
-    )?;
+    src.set("replay_cache_ttl", &table.replay_cache_ttl, cache, |d| {
+        crate::units::humane_duration::parse(d)
+    })?;
     let idle = &mut inherited.upstream_idle_timeout;
-    set(
-        src,
+    src.set(
         "upstream_idle_timeout",
         &table.upstream_idle_timeout,
         idle,
@@ -72,33 +67,18 @@ fn apply_policy(src: &Source, policy: &mut Policy, table: &PolicyTable) -> Resul
     apply_fingerprint_body(src, policy, table)?;
     apply_durations(src, policy, table)?;
     apply_choices(policy, table);
-    set(src, "verify", &table.verify, &mut policy.verify, |v| {
+    src.set("verify", &table.verify, &mut policy.verify, |v| {
         super::crypto::verifier(v).map(Some)
     })?;
-    set(src, "methods", &table.methods, &mut policy.methods, |v| {
+    src.set("methods", &table.methods, &mut policy.methods, |v| {
         v.iter().map(|m| method(m)).collect()
     })?;
-    set(
-        src,
+    src.set(
         "release_on",
         &table.release_on,
         &mut policy.release_on,
         |v| v.iter().map(|s| status(*s)).collect(),
     )
-}
-
-/// Parses the value of `key`, if the table sets it, into `target`.
-fn set<T, V>(
-    src: &Source,
-    key: &str,
-    given: &Option<Spanned<T>>,
-    target: &mut V,
-    parse: impl FnOnce(&T) -> Result<V, String>,
-) -> Result<(), ConfigError> {
-    if let Some(spanned) = given {
-        *target = parse(spanned.get_ref()).map_err(|reason| src.bad(spanned, key, reason))?;
-    }
-    Ok(())
 }
 
 /// A table names at most one key source; naming one replaces the inherited one, whichever kind.
@@ -115,16 +95,12 @@ fn apply_key_source(
         return Err(src.bad(pointer, "key_body_pointer", reason));
     }
     let source = &mut policy.key_source;
-    set(src, "key_header", &table.key_header, source, |h| {
+    src.set("key_header", &table.key_header, source, |h| {
         header(h).map(KeySource::Header)
     })?;
-    set(
-        src,
-        "key_body_pointer",
-        &table.key_body_pointer,
-        source,
-        |p| json_pointer(p).map(KeySource::BodyPointer),
-    )
+    src.set("key_body_pointer", &table.key_body_pointer, source, |p| {
+        json_pointer(p).map(KeySource::BodyPointer)
+    })
 }
 
 fn apply_headers(
@@ -133,20 +109,18 @@ fn apply_headers(
     table: &PolicyTable,
 ) -> Result<(), ConfigError> {
     let scope = &mut policy.scope_header;
-    set(src, "scope_header", &table.scope_header, scope, |h| {
+    src.set("scope_header", &table.scope_header, scope, |h| {
         optional_header(h)
     })?;
     let fingerprint = &mut policy.fingerprint_headers;
-    set(
-        src,
+    src.set(
         "fingerprint_headers",
         &table.fingerprint_headers,
         fingerprint,
         |v| headers(v),
     )?;
     let exclude = &mut policy.replay_exclude_headers;
-    set(
-        src,
+    src.set(
         "replay_exclude_headers",
         &table.replay_exclude_headers,
         exclude,
@@ -201,25 +175,18 @@ fn apply_durations(
     policy: &mut Policy,
     table: &PolicyTable,
 ) -> Result<(), ConfigError> {
-    set(src, "ttl", &table.ttl, &mut policy.ttl, |d| duration(d))?;
-    set(src, "lease", &table.lease, &mut policy.lease, |d| {
-        duration(d)
-    })?;
-    set(
-        src,
+    src.set("ttl", &table.ttl, &mut policy.ttl, |d| duration(d))?;
+    src.set("lease", &table.lease, &mut policy.lease, |d| duration(d))?;
+    src.set(
         "wait_timeout",
         &table.wait_timeout,
         &mut policy.wait_timeout,
         |d| duration(d),
     )?;
     let upstream = &mut policy.upstream_timeout;
-    set(
-        src,
-        "upstream_timeout",
-        &table.upstream_timeout,
-        upstream,
-        |d| duration(d),
-    )
+    src.set("upstream_timeout", &table.upstream_timeout, upstream, |d| {
+        duration(d)
+    })
 }
 
 /// Keys whose every well-typed value is valid: serde has already checked them.

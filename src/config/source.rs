@@ -38,6 +38,21 @@ impl<'a> Source<'a> {
         self.at(spanned.span(), Some(key), reason)
     }
 
+    /// Parses the value of `key`, if the table sets it, into `target`; a value `parse` refuses
+    /// is an error at its line.
+    pub(super) fn set<T, V>(
+        &self,
+        key: &str,
+        given: &Option<Spanned<T>>,
+        target: &mut V,
+        parse: impl FnOnce(&T) -> Result<V, String>,
+    ) -> Result<(), ConfigError> {
+        if let Some(spanned) = given {
+            *target = parse(spanned.get_ref()).map_err(|reason| self.bad(spanned, key, reason))?;
+        }
+        Ok(())
+    }
+
     pub(super) fn at(&self, span: Range<usize>, key: Option<&str>, reason: String) -> ConfigError {
         ConfigError::File {
             origin: self.origin.to_owned(),

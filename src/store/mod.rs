@@ -10,7 +10,6 @@ use std::sync::Arc;
 mod answers;
 mod api;
 mod caching;
-mod caching_inbox;
 pub mod file;
 mod inbox;
 mod memory;
