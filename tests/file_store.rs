@@ -174,12 +174,14 @@ async fn expired_records_are_purged_and_the_file_stops_growing() {
             .is_none());
         sizes.push(std::fs::metadata(path.path()).unwrap().len());
     }
-    // Freed pages are reused, so the file stays near one round's worth of data (it wanders a
-    // little with how the batches fell); without purging, five rounds would need 20 MiB.
+    // Freed pages are reused, so the file stays within a few rounds' worth of data (it wanders
+    // with how the batches fell into transactions: 1.5 to 3.1 rounds seen on a busy machine);
+    // without purging, the fourth round alone takes it past four rounds' worth, and five
+    // rounds need 20 MiB.
     eprintln!("file sizes after each round: {sizes:?}");
     let one_round = (count * body) as u64;
     assert!(
-        sizes.iter().all(|size| *size <= 3 * one_round),
+        sizes.iter().all(|size| *size <= 4 * one_round),
         "the file kept growing: {sizes:?}"
     );
 }
