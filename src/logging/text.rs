@@ -1,0 +1,232 @@
+//! The text log line, written straight into the line buffer.
+//!
+//! Every request logs a line, and tracing-subscriber's general formatter spends more on it than
+//! the proxy spends forwarding the request's headers: it renders the timestamp field by field
+//! through `fmt`, wraps every part in a style even when colours are off, and escapes each
+//! string character by character. [`TextLine`] writes the same line (byte for byte, which the
+//! tests check against the general formatter) with the timestamp's date and time cached per
+//! second and plain strings copied whole. Anything it does not write the same way (spans,
+//! colours, errors, control characters, events forwarded from the `log` crate) goes to the
+//! general formatter.
+
+use std::cell::RefCell;
+use std::fmt::{self, Write};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::{Format, Full, Writer};
+use tracing_subscriber::fmt::time::SystemTime as SystemClock;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
+
+/// The text format of `--log-format text`: tracing-subscriber's full format, without colours
+/// when stderr is not a terminal.
+#[derive(Debug, Default)]
+pub(super) struct TextLine {
+    general: Format<Full, SystemClock>,
+}
+
+impl<S, N> FormatEvent<S, N> for TextLine
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        if writer.has_ansi_escapes() || ctx.event_scope().is_some() {
+            return self.general.format_event(ctx, writer, event);
+        }
+        let written = LINE.with_borrow_mut(|line| {
+            line.clear();
+            plain_line(line, SystemTime::now(), event).then(|| writer.write_str(line))
+        });
+        match written {
+            Some(result) => result,
+            None => self.general.format_event(ctx, writer, event),
+        }
+    }
+}
+
+thread_local! {
+    /// One line's text, reused: the line is built here first so that an event the fast path
+    /// cannot write is handed to the general formatter with nothing written yet.
+    static LINE: RefCell<String> = const { RefCell::new(String::new()) };
+    /// The last second written, and its `YYYY-MM-DDTHH:MM:SS.`.
+    static SECOND: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+}
+
+/// Writes the whole line, or returns false if the event needs the general formatter.
+fn plain_line(line: &mut String, now: SystemTime, event: &Event<'_>) -> bool {
+    if !timestamp(line, now) {
+        return false;
+    }
+    let meta = event.metadata();
+    line.push(' ');
+    line.push_str(level(*meta.level()));
+    line.push(' ');
+    line.push_str(meta.target());
+    line.push_str(": ");
+    let mut fields = PlainFields {
+        line,
+        empty: true,
+        plain: true,
+    };
+    event.record(&mut fields);
+    let plain = fields.plain;
+    line.push('\n');
+    plain
+}
+
+fn level(level: Level) -> &'static str {
+    match level {
+        Level::TRACE => "TRACE",
+        Level::DEBUG => "DEBUG",
+        Level::INFO => " INFO",
+        Level::WARN => " WARN",
+        Level::ERROR => "ERROR",
+    }
+}
+
+/// `2026-11-30T17:04:32.123456Z`, as tracing-subscriber's `SystemTime` writes it; false for a
+/// time before 1970 or past 9999, which it writes differently.
+fn timestamp(line: &mut String, now: SystemTime) -> bool {
+    let Ok(since_epoch) = now.duration_since(UNIX_EPOCH) else {
+        return false;
+    };
+    let seconds = since_epoch.as_secs();
+    let fits = SECOND.with_borrow_mut(|(cached, text)| {
+        if *cached != seconds {
+            text.clear();
+            if !date_and_time(text, seconds) {
+                *cached = u64::MAX;
+                return false;
+            }
+            *cached = seconds;
+        }
+        line.push_str(text);
+        true
+    });
+    fits && write!(line, "{:06}Z", since_epoch.subsec_micros()).is_ok()
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.` of a time in seconds since 1970 (UTC, proleptic Gregorian).
+fn date_and_time(text: &mut String, seconds: u64) -> bool {
+    let days = seconds / 86_400;
+    let of_day = seconds % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    if year > 9999 {
+        return false;
+    }
+    let (hour, minute, second) = (of_day / 3600, of_day / 60 % 60, of_day % 60);
+    write!(
+        text,
+        "{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}."
+    )
+    .is_ok()
+}
+
+/// The calendar date of a day counted from 1970-01-01: Howard Hinnant's `civil_from_days`,
+/// which counts in 400-year eras starting on March 1st so that leap days fall at an era's end.
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+/// Writes fields as tracing-subscriber's default field formatter does: the message first as
+/// it is, then `name=value` with `Debug` values, separated by spaces.
+struct PlainFields<'a> {
+    line: &'a mut String,
+    empty: bool,
+    /// Cleared by anything this writer does not write the general formatter's way.
+    plain: bool,
+}
+
+impl PlainFields<'_> {
+    fn name(&mut self, field: &Field) -> bool {
+        let name = field.name();
+        if name.starts_with("log.") {
+            self.plain = false;
+        }
+        if !self.plain {
+            return false;
+        }
+        self.pad();
+        if name != "message" {
+            self.line.push_str(name.strip_prefix("r#").unwrap_or(name));
+            self.line.push('=');
+        }
+        true
+    }
+
+    fn pad(&mut self) {
+        if !std::mem::take(&mut self.empty) {
+            self.line.push(' ');
+        }
+    }
+}
+
+impl Visit for PlainFields<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if !self.name(field) {
+            return;
+        }
+        if field.name() == "message" {
+            self.plain = !value.chars().any(escaped_in_messages);
+            self.line.push_str(value);
+        } else if value
+            .bytes()
+            .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
+        {
+            self.line.push('"');
+            self.line.push_str(value);
+            self.line.push('"');
+        } else {
+            let _ = write!(self.line, "{value:?}");
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if !self.name(field) {
+            return;
+        }
+        let start = self.line.len();
+        let _ = write!(self.line, "{value:?}");
+        if field.name() == "message" && self.line[start..].chars().any(escaped_in_messages) {
+            self.plain = false;
+        }
+    }
+
+    fn record_error(&mut self, _: &Field, _: &(dyn std::error::Error + 'static)) {
+        self.plain = false;
+    }
+}
+
+/// What the general formatter escapes in a message, so that a message cannot drive a terminal.
+fn escaped_in_messages(c: char) -> bool {
+    matches!(
+        c,
+        '\x1b' | '\x07' | '\x08' | '\x0c' | '\x7f' | '\u{80}'..='\u{9f}'
+    )
+}
+
+#[cfg(test)]
+#[path = "text_tests.rs"]
+mod tests;
