@@ -6,20 +6,31 @@
 
 use http::header::{self, HeaderMap, HeaderName};
 
-/// The fixed hop-by-hop set; anything named in `Connection` is hop-by-hop too.
-const HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
+/// The fixed hop-by-hop set, and `Upgrade`; anything named in `Connection` is hop-by-hop too.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
 ];
 
 /// Removes hop-by-hop headers, including those the `Connection` header names.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // One pass over the names finds the few present (often none, or an upstream's
+    // `Connection: keep-alive`), instead of a removal for each of the nine, which hashes each.
+    let present: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| is_hop_by_hop(n))
+        .cloned()
+        .collect();
+    if present.is_empty() {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -27,10 +38,15 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
         .flat_map(|v| v.split(','))
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
         .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+    for name in present.iter().chain(&named) {
         headers.remove(name);
     }
-    headers.remove(header::UPGRADE);
+}
+
+/// Whether a header is hop-by-hop by name alone. (Those that `Connection` names are
+/// hop-by-hop because it names them, and it is in the set.)
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(&name.as_str())
 }
 
 /// The headers of a response as they may be stored and replayed: no hop-by-hop headers, no
@@ -86,5 +102,28 @@ mod tests {
         let kept = storable_response_headers(&headers, &[HeaderName::from_static("x-request-id")]);
         assert_eq!(kept.len(), 2);
         assert_eq!(kept.get_all("x-keep").iter().count(), 2);
+    }
+
+    #[test]
+    fn each_fixed_hop_by_hop_header_alone_is_stripped() {
+        for name in HOP_BY_HOP {
+            let mut headers = HeaderMap::new();
+            headers.insert(name, HeaderValue::from_static("x"));
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            strip_hop_by_hop(&mut headers);
+            assert!(!headers.contains_key(name), "{name} was kept");
+            assert_eq!(headers.len(), 1);
+        }
+    }
+
+    #[test]
+    fn headers_without_hop_by_hop_ones_are_left_alone() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        headers.append("x-many", HeaderValue::from_static("1"));
+        headers.append("x-many", HeaderValue::from_static("2"));
+        let before = headers.clone();
+        strip_hop_by_hop(&mut headers);
+        assert_eq!(headers, before);
     }
 }
