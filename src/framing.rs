@@ -9,6 +9,7 @@
 //! `Transfer-Encoding` whose last coding is not `chunked`, and malformed chunk sizes.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -165,30 +166,43 @@ impl<IO> FramingGuard<IO> {
         }
     }
 
-    /// Adds `data` to the pending bytes and lets `step` consume a complete unit of them; returns
-    /// what is left of `data` for the next state.
-    fn buffer<'d>(&mut self, data: &'d [u8], step: fn(&mut Self) -> Option<usize>) -> &'d [u8] {
+    /// Lets `step` consume a complete unit (a head, a chunk line) from `data`, joined to what
+    /// earlier reads left pending; returns what is left of `data` for the next state.
+    fn buffer<'d>(&mut self, data: &'d [u8], step: Step<IO>) -> &'d [u8] {
         let before = self.pending.len();
-        self.pending.extend_from_slice(data);
-        match step(self) {
-            Some(used) => {
-                let rest = used.saturating_sub(before).min(data.len());
-                self.pending.clear();
-                &data[rest..]
+        let stepped = if before == 0 {
+            // Most heads arrive whole in one read: read them where they are, without a copy.
+            let stepped = step(self, data);
+            if stepped.is_none() {
+                self.pending.extend_from_slice(data);
             }
-            None if self.pending.len() > self.max_head => {
+            stepped
+        } else {
+            self.pending.extend_from_slice(data);
+            let pending = std::mem::take(&mut self.pending);
+            let stepped = step(self, &pending);
+            self.pending = pending;
+            stepped
+        };
+        match stepped {
+            Some(used) => {
+                self.pending.clear();
+                &data[used.saturating_sub(before).min(data.len())..]
+            }
+            None if matches!(self.state, State::Off) || self.pending.len() > self.max_head => {
                 self.state = State::Off;
+                self.pending = Vec::new();
                 &[]
             }
             None => &[],
         }
     }
 
-    /// A complete head in `pending`: its length, after recording its verdict.
-    fn head(&mut self) -> Option<usize> {
-        let mut headers = [httparse::EMPTY_HEADER; 128];
-        let mut request = httparse::Request::new(&mut headers);
-        let len = match request.parse(&self.pending) {
+    /// A complete head at the start of `bytes`: its length, after recording its verdict.
+    fn head(&mut self, bytes: &[u8]) -> Option<usize> {
+        let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut request = httparse::Request::new(&mut []);
+        let len = match request.parse_with_uninit_headers(bytes, &mut headers) {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) => return None,
             Err(_) => return self.off(),
@@ -213,10 +227,10 @@ impl<IO> FramingGuard<IO> {
         Some(len)
     }
 
-    /// A complete line of a chunked body in `pending`: its length, after moving on.
-    fn line(&mut self) -> Option<usize> {
-        let end = self.pending.iter().position(|&b| b == b'\n')? + 1;
-        let line = self.pending[..end].trim_ascii();
+    /// A complete line of a chunked body at the start of `bytes`: its length, after moving on.
+    fn line(&mut self, bytes: &[u8]) -> Option<usize> {
+        let end = bytes.iter().position(|&b| b == b'\n')? + 1;
+        let line = bytes[..end].trim_ascii();
         self.state = match self.state {
             State::Trailers if line.is_empty() => State::Head,
             State::Trailers => State::Trailers,
@@ -242,10 +256,16 @@ impl<IO> FramingGuard<IO> {
 
     fn off(&mut self) -> Option<usize> {
         self.state = State::Off;
-        self.pending = Vec::new();
         None
     }
 }
+
+/// What [`FramingGuard::buffer`] runs on the bytes it has: [`FramingGuard::head`] or
+/// [`FramingGuard::line`].
+type Step<IO> = fn(&mut FramingGuard<IO>, &[u8]) -> Option<usize>;
+
+/// As many header lines as a head may have; hyper's own limit is 100.
+const MAX_HEADERS: usize = 128;
 
 impl<IO: AsyncRead + Unpin> AsyncRead for FramingGuard<IO> {
     fn poll_read(
