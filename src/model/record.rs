@@ -68,20 +68,14 @@ impl CompletedRecord {
     /// of the connection's read buffer; a record kept for its TTL (in memory, or in the replay
     /// cache) would keep that whole buffer (8 KiB or more) alive, where the answer itself is
     /// often a few hundred bytes.
-    pub fn detached(&self) -> Self {
-        let headers = self
-            .headers
-            .iter()
-            .map(|(name, value)| (name.clone(), detached_value(value)));
-        let body = match &self.body {
-            StoredBody::Kept(bytes) => StoredBody::Kept(Bytes::copy_from_slice(bytes)),
-            other => other.clone(),
-        };
-        Self {
-            headers: headers.collect(),
-            body,
-            ..self.clone()
+    pub fn detached(mut self) -> Self {
+        for value in self.headers.values_mut() {
+            *value = detached_value(value);
         }
+        if let StoredBody::Kept(bytes) = &mut self.body {
+            *bytes = Bytes::copy_from_slice(bytes);
+        }
+        self
     }
 
     /// The bytes the body and headers take, to weigh the record in a cache.
@@ -148,7 +142,7 @@ mod tests {
             headers,
             body: StoredBody::Kept(read_buffer.slice(100..150)),
         };
-        let kept = record.detached();
+        let kept = record.clone().detached();
         assert_eq!(kept, record);
         let StoredBody::Kept(body) = &kept.body else {
             panic!("the body is kept")

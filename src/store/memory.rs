@@ -230,7 +230,7 @@ impl Inbox for MemoryStore {
             return Ok(Acceptance::Existing(record.clone()));
         }
         self.queues.push(key.route(), delivery.clone());
-        let record = Record::Completed(ack.detached());
+        let record = Record::Completed(ack.clone().detached());
         entries.insert(storage_key.to_owned(), record, now + ttl);
         Ok(Acceptance::Queued)
     }
