@@ -35,7 +35,7 @@ use crate::inbox::{Inboxes, RouteInbox};
 use crate::problem::ProblemLayer;
 use crate::router::{Route, Router};
 use crate::server::{App, Slots};
-use crate::store::{CachingStore, ReplayCache, SealedStore, Store};
+use crate::store::{CachingStore, ReplayCache, SealedStore, Store, StoreSpec};
 use crate::upstream::{PoolSettings, Upstream};
 
 /// The bytes of completed records a proxy keeps in memory for replays.
@@ -90,7 +90,7 @@ pub(super) fn build(settings: &Settings, kept: &Kept) -> Generation {
         let tls = route.upstream_tls.client_config_for_https().cloned();
         let upstream = Upstream::new(route.upstream.clone(), pool, tls);
         let (policy, tracker) = (route.policy.clone(), kept.executions.clone());
-        let cached = cached(&store, &kept.cache, route);
+        let cached = cached(settings, &store, &kept.cache, route);
         let layer = if route.policy.mode == RouteMode::Inbox {
             inboxes.push(RouteInbox {
                 route: policy.route.clone(),
@@ -143,12 +143,17 @@ fn admin_view(settings: &Settings, store: Arc<dyn Store>, cache: &Arc<ReplayCach
 }
 
 /// A route's view of the store: replays from the shared cache for the route's
-/// `replay_cache_ttl`.
+/// `replay_cache_ttl`. The memory store is its own cache: a copy in front of it would only cost
+/// a second copy of each record and a second lookup.
 fn cached(
+    settings: &Settings,
     store: &Arc<dyn Store>,
     cache: &Arc<ReplayCache>,
     route: &RouteSettings,
 ) -> Arc<dyn Store> {
+    if settings.store == StoreSpec::Memory && settings.encryption.is_none() {
+        return store.clone();
+    }
     let (fresh_for, record_ttl) = (route.replay_cache_ttl, route.policy.ttl);
     Arc::new(CachingStore::new(
         store.clone(),
