@@ -56,7 +56,6 @@ impl Held {
 
     /// Stores the outcome, retrying store errors for up to [`PATIENCE`].
     pub(super) async fn complete(&self, ctx: &Context, record: CompletedRecord) {
-        let log_id = self.key.log_id();
         let deadline = Instant::now() + PATIENCE;
         let mut pause = FIRST_PAUSE;
         for attempt in 0u32.. {
@@ -69,7 +68,7 @@ impl Held {
                 Ok(Fenced::LeaseLost) if attempt > 0 && self.stored_by_us(ctx).await => return,
                 Ok(Fenced::LeaseLost) => return self.complete_after_the_lease(ctx, record).await,
                 Err(e) => {
-                    tracing::warn!(key = %log_id, attempt, error = %e, "storing the outcome failed");
+                    tracing::warn!(key = %self.key.log_id(), attempt, error = %e, "storing the outcome failed");
                     if Instant::now() + pause >= deadline {
                         break;
                     }
@@ -78,7 +77,7 @@ impl Held {
                 }
             }
         }
-        tracing::error!(key = %log_id, "outcome not stored; the key frees when its lease runs out");
+        tracing::error!(key = %self.key.log_id(), "outcome not stored; the key frees when its lease runs out");
     }
 
     /// The lease ran out before the outcome reached the store. The operation has run all the
