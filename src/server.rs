@@ -280,6 +280,7 @@ async fn drive<IO>(
         live,
         Peer {
             addr,
+            client: ClientAddr::new(addr),
             verdicts: verdicts.clone(),
             tls,
         },
@@ -338,6 +339,7 @@ pub(crate) struct PerConnection {
 #[derive(Clone)]
 struct Peer {
     addr: SocketAddr,
+    client: ClientAddr,
     verdicts: Arc<Verdicts>,
     tls: bool,
 }
@@ -353,7 +355,7 @@ impl Service<Request<Incoming>> for PerConnection {
 
     fn call(&mut self, mut request: Request<Incoming>) -> RouterFuture {
         let peer = &self.peer;
-        request.extensions_mut().insert(ClientAddr(peer.addr));
+        request.extensions_mut().insert(peer.client.clone());
         if peer.tls {
             request.extensions_mut().insert(ClientTls);
         }

@@ -39,9 +39,18 @@ use crate::headers::strip_hop_by_hop;
 use pool::Pool;
 use transport::Address;
 
-/// The address of the client that sent a request, put on it by the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ClientAddr(pub SocketAddr);
+/// The address of the client that sent a request, put on it by the server: its IP as
+/// `X-Forwarded-For` carries it, written once per connection rather than once per request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClientAddr(HeaderValue);
+
+impl ClientAddr {
+    pub(crate) fn new(addr: SocketAddr) -> Self {
+        let ip = addr.ip().to_string();
+        // An IP address in text is plain ASCII, always a valid header value.
+        Self(HeaderValue::from_str(&ip).unwrap_or(HeaderValue::from_static("unknown")))
+    }
+}
 
 /// Put on a request by the server when its client reached the proxy over TLS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,12 +155,13 @@ pub(crate) fn stored_headers(parts: &http::request::Parts) -> http::HeaderMap {
 /// Appends the client to `X-Forwarded-For` and states the scheme the proxy was reached by.
 fn add_forwarded_headers(request: &mut Request<Body>) {
     let (client, scheme) = client_of(request.extensions());
-    forward(request.headers_mut(), client, scheme);
+    let client = client.cloned();
+    forward(request.headers_mut(), client.as_ref(), scheme);
 }
 
 /// The client's address and the scheme it reached the proxy by, as the server noted them.
-fn client_of(extensions: &http::Extensions) -> (Option<std::net::IpAddr>, &'static str) {
-    let client = extensions.get::<ClientAddr>().map(|c| c.0.ip());
+fn client_of(extensions: &http::Extensions) -> (Option<&HeaderValue>, &'static str) {
+    let client = extensions.get::<ClientAddr>().map(|c| &c.0);
     let scheme = match extensions.get::<ClientTls>() {
         Some(ClientTls) => "https",
         None => "http",
@@ -159,17 +169,26 @@ fn client_of(extensions: &http::Extensions) -> (Option<std::net::IpAddr>, &'stat
     (client, scheme)
 }
 
-fn forward(headers: &mut http::HeaderMap, client: Option<std::net::IpAddr>, scheme: &'static str) {
+fn forward(headers: &mut http::HeaderMap, client: Option<&HeaderValue>, scheme: &'static str) {
     if let Some(ip) = client {
-        let chain = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-            Some(earlier) => format!("{earlier}, {ip}"),
-            None => ip.to_string(),
+        let chain = match headers.get(&X_FORWARDED_FOR) {
+            Some(earlier) => chained(earlier, ip),
+            None => Some(ip.clone()),
         };
-        if let Ok(value) = HeaderValue::from_str(&chain) {
+        if let Some(value) = chain {
             headers.insert(X_FORWARDED_FOR.clone(), value);
         }
     }
     headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(scheme));
+}
+
+/// `earlier, ip`: the client appended to the chain earlier proxies wrote.
+fn chained(earlier: &HeaderValue, ip: &HeaderValue) -> Option<HeaderValue> {
+    let mut chain = Vec::with_capacity(earlier.len() + 2 + ip.len());
+    chain.extend_from_slice(earlier.as_bytes());
+    chain.extend_from_slice(b", ");
+    chain.extend_from_slice(ip.as_bytes());
+    HeaderValue::from_bytes(&chain).ok()
 }
 
 impl Service<Request<Body>> for Upstream {
@@ -249,7 +268,7 @@ mod tests {
         let mut request = Request::new(Body::empty());
         request
             .extensions_mut()
-            .insert(ClientAddr("192.0.2.7:5000".parse().unwrap()));
+            .insert(ClientAddr::new("192.0.2.7:5000".parse().unwrap()));
         request
             .headers_mut()
             .insert("x-forwarded-for", HeaderValue::from_static("198.51.100.1"));
