@@ -242,12 +242,14 @@ impl<C> fmt::Debug for RedisStore<C> {
     }
 }
 
-/// Each connection attempt and each response is bounded; a lost connection is retried a few
-/// times in the background, and again on the next operation after that.
+/// Each connection attempt is bounded; a lost connection is retried a few times in the
+/// background, and again on the next operation after that. Responses are bounded by the
+/// operation time-out that every call runs under: a response time-out of the client's own would
+/// only add a second timer to every command.
 fn manager_config() -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECTION_TIMEOUT))
-        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+        .set_response_timeout(None)
         .set_number_of_retries(3)
         .set_max_delay(Duration::from_secs(1))
 }
