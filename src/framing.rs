@@ -313,3 +313,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for FramingGuard<IO> {
         Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+#[path = "framing_tests.rs"]
+mod tests;
