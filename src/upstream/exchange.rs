@@ -41,44 +41,43 @@ impl Failure {
     }
 }
 
-/// Sends `request` on an idle connection from `pool`, or on a new one, and returns the answer.
-/// A failure that left the request unsent is a [`RequestNotSent`].
+/// Sends `request` on `idle`, a connection taken from `pool` (by the caller, so that this
+/// future holds no call of its own), or on a new one, and returns the answer. If the upstream
+/// closed the idle connection before the request was taken off its queue, the request goes once
+/// more on a new connection. A failure that left the request unsent is a [`RequestNotSent`].
+///
+/// One function that awaits one exchange at a time: its future is copied once per request
+/// (boxed by the caller), and the chain of async functions it replaced, each holding its
+/// arguments beside its callee's future, made it more than twice the size of one exchange.
 pub(super) async fn send(
     pool: &Arc<Pool>,
     address: &Address,
+    idle: Option<PooledConnection>,
     request: Request<Body>,
 ) -> Result<Response<UpstreamBody>, BoxError> {
-    match pool.checkout() {
-        Some(pooled) => send_on_pooled(pool, address, pooled, request).await,
-        None => exchange(pool, open(address).await?, request)
-            .await
-            .map_err(Failure::into_error),
-    }
-}
-
-/// Sends `request` on a connection that was idle in the pool; if the upstream closed it before
-/// the request was taken off its queue, sends it once more on a new connection.
-pub(super) async fn send_on_pooled(
-    pool: &Arc<Pool>,
-    address: &Address,
-    pooled: PooledConnection,
-    request: Request<Body>,
-) -> Result<Response<UpstreamBody>, BoxError> {
-    match exchange(pool, pooled, request).await {
-        Ok(response) => Ok(response),
-        Err(Failure::NotWritten(request, error)) => {
+    let was_idle = idle.is_some();
+    let connection = match idle {
+        Some(connection) => connection,
+        None => open(address).await?,
+    };
+    let first = exchange(pool, connection, request).await;
+    match first {
+        Err(Failure::NotWritten(request, error)) if was_idle => {
             tracing::debug!(%error, "pooled upstream connection closed before the request was written; sending it on a new one");
             let fresh = open(address).await?;
             exchange(pool, fresh, *request)
                 .await
                 .map_err(Failure::into_error)
         }
-        Err(failure) => Err(failure.into_error()),
+        answered => answered.map_err(Failure::into_error),
     }
 }
 
+/// Boxed: connecting (and a TLS handshake) takes a large future, and held inline it would
+/// make every exchange's future that much larger, to be copied on each request although most
+/// requests take a pooled connection.
 async fn open(address: &Address) -> Result<PooledConnection, BoxError> {
-    PooledConnection::open(address)
+    Box::pin(PooledConnection::open(address))
         .await
         .map_err(|e| Box::new(RequestNotSent(e)) as BoxError)
 }

@@ -211,7 +211,7 @@ impl Service<Request<Body>> for Upstream {
                     Box::new(RequestNotSent("the upstream URL names no host".into())) as BoxError,
                 );
             };
-            let mut response = exchange::send(&pool, address, request).await?;
+            let mut response = exchange::send(&pool, address, pool.checkout(), request).await?;
             strip_hop_by_hop(response.headers_mut());
             Ok(response)
         })

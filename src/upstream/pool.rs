@@ -51,7 +51,9 @@ type Connection = http1::Connection<TokioIo<UpstreamIo>, Body>;
 /// writes the socket, polled by whoever holds it.
 pub(super) struct PooledConnection {
     sender: http1::SendRequest<Body>,
-    connection: Connection,
+    /// Boxed: hyper's connection state is some 700 bytes, and a connection rides inside every
+    /// future and body that forwards a request, each of them moved at least once per request.
+    connection: Box<Connection>,
     close_check: CloseCheck,
 }
 
@@ -62,7 +64,7 @@ impl PooledConnection {
         let (sender, connection) = http1::handshake(TokioIo::new(io)).await?;
         Ok(Self {
             sender,
-            connection,
+            connection: Box::new(connection),
             close_check,
         })
     }

@@ -13,7 +13,7 @@ use hyper_util::rt::TokioTimer;
 use tokio::net::TcpListener;
 
 use super::*;
-use crate::upstream::exchange::{exchange, send, send_on_pooled, Failure};
+use crate::upstream::exchange::{exchange, send, Failure};
 
 /// An upstream that counts the connections it accepts. `/big` answers 4 MiB, `/close` answers
 /// with `Connection: close`, anything else a short `ok`. It runs on a thread and runtime of its
@@ -59,7 +59,9 @@ impl CountingUpstream {
 
     /// Sends a `POST` to `path` through `pool` and reads the answer whole.
     async fn post(&self, pool: &Arc<Pool>, path: &str) -> (StatusCode, Bytes) {
-        let response = send(pool, &self.address, request(path)).await.unwrap();
+        let response = send(pool, &self.address, pool.checkout(), request(path))
+            .await
+            .unwrap();
         let status = response.status();
         let body = response.into_body().collect().await.unwrap().to_bytes();
         (status, body)
@@ -146,7 +148,7 @@ async fn at_most_max_idle_connections_are_kept() {
     let mut answers = Vec::new();
     for _ in 0..3 {
         answers.push(
-            send(&pool, &upstream.address, request("/pay"))
+            send(&pool, &upstream.address, pool.checkout(), request("/pay"))
                 .await
                 .unwrap(),
         );
@@ -162,7 +164,7 @@ async fn at_most_max_idle_connections_are_kept() {
 async fn a_body_dropped_early_closes_its_connection() {
     let upstream = CountingUpstream::start(None).await;
     let pool = Pool::new(PoolSettings::default());
-    let response = send(&pool, &upstream.address, request("/big"))
+    let response = send(&pool, &upstream.address, pool.checkout(), request("/big"))
         .await
         .unwrap();
     let mut body = response.into_body();
@@ -242,9 +244,14 @@ async fn a_request_handed_back_is_sent_once_more_on_a_new_connection() {
     upstream.post(&pool, "/pay").await;
     let connection = pool.checkout().expect("an open connection");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let response = send_on_pooled(&pool, &upstream.address, connection, request("/again"))
-        .await
-        .unwrap();
+    let response = send(
+        &pool,
+        &upstream.address,
+        Some(connection),
+        request("/again"),
+    )
+    .await
+    .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(upstream.accepted(), 2);
 }
