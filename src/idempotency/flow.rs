@@ -48,7 +48,9 @@ where
         Admission::Refused(error) => (error.into_response(), RequestOutcome::Rejected, None),
         Admission::Keyed(request) => {
             let key = request.key.log_id();
-            let (response, outcome) = deduplicate(&ctx, inner, request).await;
+            // Boxed: the keyed path's states are most of this future's size, which a request
+            // that is only forwarded would otherwise carry and copy too.
+            let (response, outcome) = Box::pin(deduplicate(&ctx, inner, request)).await;
             (response, outcome, Some(key))
         }
     };
