@@ -106,7 +106,19 @@ mod tests {
 
     #[test]
     fn each_fixed_hop_by_hop_header_alone_is_stripped() {
-        for name in HOP_BY_HOP {
+        // Listed here again, not read from the list under test: a name dropped there must fail.
+        let fixed = [
+            "connection",
+            "keep-alive",
+            "proxy-connection",
+            "proxy-authenticate",
+            "proxy-authorization",
+            "te",
+            "trailer",
+            "transfer-encoding",
+            "upgrade",
+        ];
+        for name in fixed {
             let mut headers = HeaderMap::new();
             headers.insert(name, HeaderValue::from_static("x"));
             headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));

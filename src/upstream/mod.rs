@@ -155,13 +155,12 @@ pub(crate) fn stored_headers(parts: &http::request::Parts) -> http::HeaderMap {
 /// Appends the client to `X-Forwarded-For` and states the scheme the proxy was reached by.
 fn add_forwarded_headers(request: &mut Request<Body>) {
     let (client, scheme) = client_of(request.extensions());
-    let client = client.cloned();
-    forward(request.headers_mut(), client.as_ref(), scheme);
+    forward(request.headers_mut(), client, scheme);
 }
 
 /// The client's address and the scheme it reached the proxy by, as the server noted them.
-fn client_of(extensions: &http::Extensions) -> (Option<&HeaderValue>, &'static str) {
-    let client = extensions.get::<ClientAddr>().map(|c| &c.0);
+fn client_of(extensions: &http::Extensions) -> (Option<HeaderValue>, &'static str) {
+    let client = extensions.get::<ClientAddr>().map(|c| c.0.clone());
     let scheme = match extensions.get::<ClientTls>() {
         Some(ClientTls) => "https",
         None => "http",
@@ -169,11 +168,11 @@ fn client_of(extensions: &http::Extensions) -> (Option<&HeaderValue>, &'static s
     (client, scheme)
 }
 
-fn forward(headers: &mut http::HeaderMap, client: Option<&HeaderValue>, scheme: &'static str) {
+fn forward(headers: &mut http::HeaderMap, client: Option<HeaderValue>, scheme: &'static str) {
     if let Some(ip) = client {
         let chain = match headers.get(&X_FORWARDED_FOR) {
-            Some(earlier) => chained(earlier, ip),
-            None => Some(ip.clone()),
+            Some(earlier) => chained(earlier, &ip),
+            None => Some(ip),
         };
         if let Some(value) = chain {
             headers.insert(X_FORWARDED_FOR.clone(), value);
