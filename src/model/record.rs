@@ -68,12 +68,31 @@ impl CompletedRecord {
     /// of the connection's read buffer; a record kept for its TTL (in memory, or in the replay
     /// cache) would keep that whole buffer (8 KiB or more) alive, where the answer itself is
     /// often a few hundred bytes.
+    ///
+    /// The values and the body are copied into one buffer of their own and become slices of
+    /// it: two allocations, where a copy per value took one each and then one more per value
+    /// the first time the record was cloned (into the memory store or the replay cache), when
+    /// each copy became shareable.
     pub fn detached(mut self) -> Self {
+        let body: &[u8] = match &self.body {
+            StoredBody::Kept(bytes) => bytes,
+            _ => &[],
+        };
+        let values_len: usize = self.headers.values().map(HeaderValue::len).sum();
+        let mut owned = Vec::with_capacity(values_len + body.len());
+        for value in self.headers.values() {
+            owned.extend_from_slice(value.as_bytes());
+        }
+        owned.extend_from_slice(body);
+        let owned = Bytes::from(owned);
+        let mut at = 0;
         for value in self.headers.values_mut() {
-            *value = detached_value(value);
+            let piece = owned.slice(at..at + value.len());
+            at += value.len();
+            *value = detached_value(value, piece);
         }
         if let StoredBody::Kept(bytes) = &mut self.body {
-            *bytes = Bytes::copy_from_slice(bytes);
+            *bytes = owned.slice(at..);
         }
         self
     }
@@ -94,8 +113,9 @@ impl CompletedRecord {
     }
 }
 
-fn detached_value(value: &HeaderValue) -> HeaderValue {
-    match HeaderValue::from_bytes(value.as_bytes()) {
+/// `value` as `piece`, its bytes in the record's own buffer.
+fn detached_value(value: &HeaderValue, piece: Bytes) -> HeaderValue {
+    match HeaderValue::from_maybe_shared(piece) {
         Ok(mut copy) => {
             copy.set_sensitive(value.is_sensitive());
             copy
@@ -150,5 +170,38 @@ mod tests {
         assert!(!within(body));
         assert!(!within(kept.headers["x-id"].as_bytes()));
         assert_eq!(kept.payload_len(), 50 + "x-id".len() + 10);
+    }
+
+    #[test]
+    fn detaching_keeps_every_value_in_order_and_its_sensitivity() {
+        let mut headers = HeaderMap::new();
+        headers.append("x-many", HeaderValue::from_static("first"));
+        headers.append("x-many", HeaderValue::from_static(""));
+        headers.append("x-many", HeaderValue::from_static("third"));
+        let mut secret = HeaderValue::from_bytes(b"token \xff").unwrap();
+        secret.set_sensitive(true);
+        headers.insert("x-secret", secret);
+        let bodies = [
+            StoredBody::Kept(Bytes::from_static(b"{\"id\":1}")),
+            StoredBody::Kept(Bytes::new()),
+            StoredBody::NotKept,
+            StoredBody::Problem("upstream-timeout".into()),
+        ];
+        for body in bodies {
+            let record = CompletedRecord {
+                fingerprint: Fingerprint::from_bytes([7; 32]),
+                token: FencingToken::from_u64(42),
+                created_at: SystemTime::now(),
+                status: StatusCode::OK,
+                headers: headers.clone(),
+                body,
+            };
+            let kept = record.clone().detached();
+            assert_eq!(kept, record);
+            let many: Vec<_> = kept.headers.get_all("x-many").iter().collect();
+            assert_eq!(many, ["first", "", "third"]);
+            assert!(kept.headers["x-secret"].is_sensitive());
+            assert!(!kept.headers["x-many"].is_sensitive());
+        }
     }
 }
