@@ -234,15 +234,20 @@ impl fmt::Debug for ScopedKey {
 /// may hold `:`) can safely come last.
 fn storage_name(route: &RouteName, scope: Option<&ClientScope>, key: &IdempotencyKey) -> Box<str> {
     let (route, key) = (route.as_str(), key.as_str());
-    let mut name = String::with_capacity(route.len() + 66 + key.len());
-    name.push_str(route);
-    name.push(':');
-    match scope {
-        Some(scope) => name.push_str(&scope.to_hex()),
-        None => name.push('-'),
+    let mut scope_hex = [0; 64];
+    let scope = match scope {
+        Some(scope) => {
+            // 32 bytes always fit 64 hex digits.
+            let _ = hex::encode_to_slice(scope.0, &mut scope_hex);
+            std::str::from_utf8(&scope_hex).unwrap_or_default()
+        }
+        None => "-",
+    };
+    // Exactly the length, so the boxed name keeps this allocation and is not copied.
+    let mut name = String::with_capacity(route.len() + scope.len() + key.len() + 2);
+    for part in [route, ":", scope, ":", key] {
+        name.push_str(part);
     }
-    name.push(':');
-    name.push_str(key);
     name.into_boxed_str()
 }
 
@@ -319,6 +324,20 @@ mod tests {
         assert_ne!(alice.storage_key(), anonymous.storage_key());
         assert!(!alice.storage_key().contains("Bearer"));
         assert!(!format!("{alice:?}").contains("k1"));
+    }
+
+    #[test]
+    fn storage_names_keep_their_stored_form() {
+        // Records already in a file or in Redis are found by these names: the form must not move.
+        let route = RouteName::new("payments").unwrap();
+        let key = IdempotencyKey::new("a:b").unwrap();
+        let scope = ClientScope::from_secret(b"Bearer a");
+        let scoped = ScopedKey::new(route.clone(), Some(scope), key.clone());
+        let expected = format!("payments:{}:a:b", scope.to_hex());
+        assert_eq!(scoped.storage_key(), expected);
+        assert_eq!(scope.to_hex().len(), 64);
+        let unscoped = ScopedKey::new(route, None, key);
+        assert_eq!(unscoped.storage_key(), "payments:-:a:b");
     }
 
     #[test]
