@@ -49,12 +49,13 @@ impl Router {
     pub(crate) fn select<B>(&self, request: &Request<B>) -> Option<&Route> {
         let path = request.uri().path();
         let host = request_host(request);
+        // Route hosts are lowercase (the config makes them so); a request's may be in any case.
         self.routes.iter().find(|route| {
             path.starts_with(route.path_prefix.as_str())
                 && route
                     .host
                     .as_deref()
-                    .is_none_or(|h| host.as_deref() == Some(h))
+                    .is_none_or(|h| host.is_some_and(|host| host.eq_ignore_ascii_case(h)))
         })
     }
 }
@@ -102,8 +103,9 @@ impl Future for RouterFuture {
     }
 }
 
-/// The host a request was sent to: `Host`, or the URI authority (HTTP/2), without the port.
-fn request_host<B>(request: &Request<B>) -> Option<String> {
+/// The host a request was sent to, as sent: `Host`, or the URI authority (HTTP/2), without
+/// the port.
+fn request_host<B>(request: &Request<B>) -> Option<&str> {
     let raw = match request.headers().get(HOST).and_then(|h| h.to_str().ok()) {
         Some(host) => host,
         None => request.uri().host()?,
@@ -112,7 +114,7 @@ fn request_host<B>(request: &Request<B>) -> Option<String> {
         Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
         _ => raw,
     };
-    Some(without_port.to_ascii_lowercase())
+    Some(without_port)
 }
 
 #[cfg(test)]
@@ -126,20 +128,17 @@ mod tests {
             .header(HOST, "API.Example.com:8080")
             .body(())
             .unwrap();
-        assert_eq!(
-            request_host(&with_header).as_deref(),
-            Some("api.example.com")
-        );
+        assert_eq!(request_host(&with_header), Some("API.Example.com"));
         let h2 = Request::builder()
             .uri("http://hooks.example.com/x")
             .body(())
             .unwrap();
-        assert_eq!(request_host(&h2).as_deref(), Some("hooks.example.com"));
+        assert_eq!(request_host(&h2), Some("hooks.example.com"));
         let ipv6 = Request::builder()
             .uri("/x")
             .header(HOST, "[::1]:8080")
             .body(())
             .unwrap();
-        assert_eq!(request_host(&ipv6).as_deref(), Some("[::1]"));
+        assert_eq!(request_host(&ipv6), Some("[::1]"));
     }
 }
