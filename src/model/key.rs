@@ -7,6 +7,7 @@
 //! never name one key.
 
 use std::fmt;
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
@@ -97,8 +98,10 @@ fn parse_sf_string(raw: &[u8]) -> Result<String, KeyError> {
 }
 
 /// A route name: what a key is unique within, before any client scope.
+///
+/// Shared: every keyed request names its route, and copying the name was an allocation each.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RouteName(String);
+pub struct RouteName(Arc<str>);
 
 impl RouteName {
     /// The route that catches what no configured route matches.
@@ -113,7 +116,7 @@ impl RouteName {
                 "route name {name:?} must be 1 to 64 characters of letters, digits, '-', '_' or '.'"
             ));
         }
-        Ok(Self(name))
+        Ok(Self(name.into()))
     }
 
     /// The name as configured.
@@ -167,8 +170,14 @@ impl fmt::Debug for ClientScope {
 }
 
 /// What a record is stored under: route, optional client scope, key.
+///
+/// Shared, not copied: a request's key goes to the store, the upstream call, the completion and
+/// the log line, and a clone that copied its three strings cost three allocations each time.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct ScopedKey {
+pub struct ScopedKey(Arc<Parts>);
+
+#[derive(PartialEq, Eq, Hash)]
+struct Parts {
     route: RouteName,
     scope: Option<ClientScope>,
     key: IdempotencyKey,
@@ -181,41 +190,41 @@ impl ScopedKey {
     /// The name of `key` within `route`, for the client of `scope` where the route has one.
     pub fn new(route: RouteName, scope: Option<ClientScope>, key: IdempotencyKey) -> Self {
         let name = storage_name(&route, scope.as_ref(), &key);
-        Self {
+        Self(Arc::new(Parts {
             route,
             scope,
             key,
             name,
-        }
+        }))
     }
 
     /// The route the key belongs to.
     pub fn route(&self) -> &RouteName {
-        &self.route
+        &self.0.route
     }
 
     /// The client scope, where the route names one.
     pub fn scope(&self) -> Option<&ClientScope> {
-        self.scope.as_ref()
+        self.0.scope.as_ref()
     }
 
     /// The client's key.
     pub fn key(&self) -> &IdempotencyKey {
-        &self.key
+        &self.0.key
     }
 
     /// The store's name for this record: `route:scope:key`, the scope in hex or `-`.
     pub fn storage_key(&self) -> &str {
-        &self.name
+        &self.0.name
     }
 
     /// The same name with the client's key replaced by its SHA-256, for a store whose contents
     /// must not show raw keys (encryption at rest). It is a plain digest, not keyed by the
     /// encryption key, so it stays the same across key rotation and admin lookups still find it.
     pub fn with_hashed_key(&self) -> ScopedKey {
-        let digest = Sha256::digest(self.key.as_str().as_bytes());
+        let digest = Sha256::digest(self.0.key.as_str().as_bytes());
         let key = IdempotencyKey(hex::encode(digest));
-        Self::new(self.route.clone(), self.scope, key)
+        Self::new(self.0.route.clone(), self.0.scope, key)
     }
 
     /// A short, stable digest for logs and metrics: enough to correlate, never the key itself.
@@ -226,7 +235,7 @@ impl ScopedKey {
 
 impl fmt::Debug for ScopedKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ScopedKey({}:{})", self.route, self.log_id())
+        write!(f, "ScopedKey({}:{})", self.0.route, self.log_id())
     }
 }
 
