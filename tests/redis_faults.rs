@@ -164,6 +164,12 @@ const CONCURRENCY: usize = 4;
 /// longer than the reconnect attempts and the operation time-out, so requests are refused during
 /// the outage instead of only waiting it out.
 const KILL_AFTER: usize = 60;
+/// Sends from this place in the stream on (the first of the third block, whose keys are all
+/// new; the kill lands in the second) wait until Redis is dead, so some first requests always
+/// meet the outage. Without the wait, replays answered from memory can carry every worker into
+/// the third block before the kill lands; each then holds a key reserved just before it and
+/// waits out the outage storing its outcome, and no reservation is tried while Redis is down.
+const SENT_AFTER_THE_KILL: usize = 2 * KEYS_PER_BLOCK * SENDS_PER_KEY;
 const DOWNTIME: Duration = Duration::from_millis(2500);
 /// No single request may take longer: reserve, then up to three tries at storing the outcome,
 /// each bounded by the 2s operation time-out, plus the upstream's delay.
@@ -222,15 +228,20 @@ async fn restart_mid_stream_gives_correct_answers_or_clean_refusals() {
         let next = Arc::new(AtomicUsize::new(0));
         let answered = Arc::new(AtomicUsize::new(0));
         let log = Arc::new(Mutex::new(Vec::<Exchange>::new()));
+        let (killed, dead) = tokio::sync::watch::channel(false);
         let workers: Vec<_> = (0..CONCURRENCY)
             .map(|_| {
                 let (order, next, answered, log) =
                     (order.clone(), next.clone(), answered.clone(), log.clone());
+                let mut dead = dead.clone();
                 let client: TestClient = proxy.client.clone();
                 tokio::spawn(async move {
                     loop {
                         let i = next.fetch_add(1, Ordering::SeqCst);
                         let Some(&key) = order.get(i) else { return };
+                        if i >= SENT_AFTER_THE_KILL {
+                            let _ = dead.wait_for(|dead| *dead).await;
+                        }
                         let name = key_name(key);
                         let sent = Instant::now();
                         let request = client.post("/v1/charges?delay_ms=10", &name, BODY);
@@ -262,6 +273,7 @@ async fn restart_mid_stream_gives_correct_answers_or_clean_refusals() {
         }
         let killed_at = Instant::now();
         redis.kill();
+        let _ = killed.send(true);
         tokio::time::sleep(DOWNTIME).await;
         redis.restart().await;
         let restarted_at = Instant::now();
