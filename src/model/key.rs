@@ -184,17 +184,22 @@ struct Parts {
     /// The store's name for it, made once: every store operation, the replay cache and the log
     /// line use it.
     name: Box<str>,
+    /// The SHA-256 of `name`, made once: the log line shows its first bytes and the memory
+    /// store files records under it.
+    name_digest: [u8; 32],
 }
 
 impl ScopedKey {
     /// The name of `key` within `route`, for the client of `scope` where the route has one.
     pub fn new(route: RouteName, scope: Option<ClientScope>, key: IdempotencyKey) -> Self {
         let name = storage_name(&route, scope.as_ref(), &key);
+        let name_digest = Sha256::digest(name.as_bytes()).into();
         Self(Arc::new(Parts {
             route,
             scope,
             key,
             name,
+            name_digest,
         }))
     }
 
@@ -218,6 +223,12 @@ impl ScopedKey {
         &self.0.name
     }
 
+    /// The SHA-256 of [`storage_key`](Self::storage_key): a fixed-width stand-in for the name,
+    /// as unique as the name itself, for a map kept in memory.
+    pub fn name_digest(&self) -> &[u8; 32] {
+        &self.0.name_digest
+    }
+
     /// The same name with the client's key replaced by its SHA-256, for a store whose contents
     /// must not show raw keys (encryption at rest). It is a plain digest, not keyed by the
     /// encryption key, so it stays the same across key rotation and admin lookups still find it.
@@ -229,7 +240,7 @@ impl ScopedKey {
 
     /// A short, stable digest for logs and metrics: enough to correlate, never the key itself.
     pub fn log_id(&self) -> String {
-        short_digest(self.storage_key().as_bytes())
+        hex::encode(&self.0.name_digest[..6])
     }
 }
 
@@ -347,6 +358,20 @@ mod tests {
         assert_eq!(scope.to_hex().len(), 64);
         let unscoped = ScopedKey::new(route, None, key);
         assert_eq!(unscoped.storage_key(), "payments:-:a:b");
+    }
+
+    #[test]
+    fn the_log_id_is_the_start_of_the_names_digest() {
+        // Log lines from earlier builds and other replicas carry this form: it must not move.
+        let key = ScopedKey::new(
+            RouteName::new("payments").unwrap(),
+            None,
+            IdempotencyKey::new("a:b").unwrap(),
+        );
+        let digest: [u8; 32] = Sha256::digest(b"payments:-:a:b").into();
+        assert_eq!(key.name_digest(), &digest);
+        assert_eq!(key.log_id(), hex::encode(&digest[..6]));
+        assert_eq!(key.log_id().len(), 12);
     }
 
     #[test]

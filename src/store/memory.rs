@@ -5,7 +5,7 @@
 //! Expiry uses tokio's clock, so tests can pause time and step over a lease or a TTL.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -46,10 +46,59 @@ impl Default for MemoryStore {
     }
 }
 
+/// What a record is filed under: the SHA-256 of its store name, and a hash of that digest keyed
+/// by this process's secret, made once per request.
+///
+/// Fixed-width and held in the map itself, so a doubling rehashes each record by reading a
+/// number beside it, where a name kept on the heap cost a hash of the whole name and a cache
+/// miss to reach it. The keyed hash, not the digest, places records: anyone can search for names
+/// whose digests collide in a map's low bits, nobody can for the keyed hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct EntryKey {
+    hash: u64,
+    name_digest: [u8; 32],
+}
+
+impl Hash for EntryKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl EntryKey {
+    /// The map the record lives in. The maps place records by the hash's low bits and compare
+    /// its top seven: taking the shard from those would leave every map using part of its table,
+    /// or matching every tag.
+    fn shard(&self) -> usize {
+        (self.hash >> 32) as usize % SHARDS
+    }
+}
+
+/// Passes an [`EntryKey`]'s hash through: it is already keyed and spread.
+#[derive(Debug, Default)]
+struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is ever called; folding keeps any other input hashed, not dropped.
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
 #[derive(Debug, Default)]
 struct Entries {
     /// Boxed, so that a doubling moves a pointer per record rather than the record.
-    records: HashMap<String, Box<(Record, Instant)>>,
+    records: HashMap<EntryKey, Box<(Record, Instant)>, BuildHasherDefault<PassThrough>>,
     /// When the earliest entry written since the last sweep expires: sweeping before then
     /// would scan every entry and find nothing to drop.
     next_sweep: Option<Instant>,
@@ -57,7 +106,7 @@ struct Entries {
 
 impl Entries {
     /// The live record under `key`; an expired one is dropped on the way.
-    fn live(&mut self, key: &str, now: Instant) -> Option<&mut (Record, Instant)> {
+    fn live(&mut self, key: &EntryKey, now: Instant) -> Option<&mut (Record, Instant)> {
         if self.records.get(key).is_some_and(|entry| entry.1 <= now) {
             self.records.remove(key);
         }
@@ -66,7 +115,7 @@ impl Entries {
 
     fn held_by(
         &mut self,
-        key: &str,
+        key: &EntryKey,
         token: FencingToken,
         now: Instant,
     ) -> Option<&mut (Record, Instant)> {
@@ -76,7 +125,7 @@ impl Entries {
 
     /// Inserts, first sweeping out expired entries when one may be due, so a store under
     /// steady load stays bounded without scanning on every write.
-    fn insert(&mut self, key: String, record: Record, expires: Instant) {
+    fn insert(&mut self, key: EntryKey, record: Record, expires: Instant) {
         let now = Instant::now();
         if self.next_sweep.is_some_and(|due| due <= now) {
             let mut earliest: Option<Instant> = None;
@@ -101,14 +150,19 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// The shard holding `storage_key`, locked.
-    fn entries(&self, storage_key: &str) -> std::sync::MutexGuard<'_, Entries> {
-        let shard = self.hasher.hash_one(storage_key) as usize % self.shards.len();
+    /// Where `key`'s record is filed, and its map, locked.
+    fn entries(&self, key: &ScopedKey) -> (EntryKey, std::sync::MutexGuard<'_, Entries>) {
+        let name_digest = *key.name_digest();
+        let at = EntryKey {
+            hash: self.hasher.hash_one(name_digest),
+            name_digest,
+        };
         // A panic while holding the lock cannot leave a half-written entry: every change is a
         // single insert or remove, so the map stays valid and we keep serving.
-        self.shards[shard]
+        let entries = self.shards[at.shard()]
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (at, entries)
     }
 }
 
@@ -128,14 +182,13 @@ impl Store for MemoryStore {
         fingerprint: Fingerprint,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
-        let storage_key = key.storage_key();
         let now = Instant::now();
-        let mut entries = self.entries(storage_key);
-        if let Some((record, _)) = entries.live(storage_key, now) {
+        let (at, mut entries) = self.entries(key);
+        if let Some((record, _)) = entries.live(&at, now) {
             return Ok(record.clone().into());
         }
         let (token, record) = InFlightRecord::fresh(fingerprint);
-        entries.insert(storage_key.to_owned(), record, now + lease);
+        entries.insert(at, record, now + lease);
         Ok(Reservation::Acquired(token))
     }
 
@@ -145,10 +198,9 @@ impl Store for MemoryStore {
         token: FencingToken,
         lease: Duration,
     ) -> Result<Fenced, StoreError> {
-        let storage_key = key.storage_key();
         let now = Instant::now();
-        let mut entries = self.entries(storage_key);
-        let held = entries.held_by(storage_key, token, now);
+        let (at, mut entries) = self.entries(key);
+        let held = entries.held_by(&at, token, now);
         let done = held.map(|(_, expires)| *expires = now + lease).is_some();
         Ok(applied(done))
     }
@@ -161,38 +213,32 @@ impl Store for MemoryStore {
     ) -> Result<Fenced, StoreError> {
         let token = record.token;
         let record = Record::Completed(record.clone());
-        let storage_key = key.storage_key();
         let now = Instant::now();
-        let mut entries = self.entries(storage_key);
-        let held = entries.held_by(storage_key, token, now);
+        let (at, mut entries) = self.entries(key);
+        let held = entries.held_by(&at, token, now);
         let done = held.map(|entry| *entry = (record, now + ttl)).is_some();
         Ok(applied(done))
     }
 
     async fn release(&self, key: &ScopedKey, token: FencingToken) -> Result<Fenced, StoreError> {
-        let storage_key = key.storage_key();
-        let mut entries = self.entries(storage_key);
-        let held = entries
-            .held_by(storage_key, token, Instant::now())
-            .is_some();
+        let (at, mut entries) = self.entries(key);
+        let held = entries.held_by(&at, token, Instant::now()).is_some();
         if held {
-            entries.records.remove(storage_key);
+            entries.records.remove(&at);
         }
         Ok(applied(held))
     }
 
     async fn get(&self, key: &ScopedKey) -> Result<Option<(Record, Duration)>, StoreError> {
-        let storage_key = key.storage_key();
         let now = Instant::now();
-        let mut entries = self.entries(storage_key);
-        let live = entries.live(storage_key, now);
+        let (at, mut entries) = self.entries(key);
+        let live = entries.live(&at, now);
         Ok(live.map(|(record, expires)| (record.clone(), *expires - now)))
     }
 
     async fn remove(&self, key: &ScopedKey, removal: Removal) -> Result<Removed, StoreError> {
-        let storage_key = key.storage_key();
-        let mut entries = self.entries(storage_key);
-        let found = entries.live(storage_key, Instant::now());
+        let (at, mut entries) = self.entries(key);
+        let found = entries.live(&at, Instant::now());
         let answer = match found {
             None => Removed::Missing,
             Some((Record::InFlight(_), _)) if removal == Removal::CompletedOnly => {
@@ -200,7 +246,7 @@ impl Store for MemoryStore {
             }
             Some(_) => Removed::Removed,
         };
-        entries.records.remove(storage_key);
+        entries.records.remove(&at);
         Ok(answer)
     }
 
@@ -222,17 +268,16 @@ impl Inbox for MemoryStore {
         delivery: &Delivery,
         ttl: Duration,
     ) -> Result<Acceptance, StoreError> {
-        let storage_key = key.storage_key();
         let now = Instant::now();
         // The shard stays locked while the delivery is queued: record and delivery appear
         // together or not at all.
-        let mut entries = self.entries(storage_key);
-        if let Some((record, _)) = entries.live(storage_key, now) {
+        let (at, mut entries) = self.entries(key);
+        if let Some((record, _)) = entries.live(&at, now) {
             return Ok(Acceptance::Existing(record.clone()));
         }
         self.queues.push(key.route(), delivery.clone());
         let record = Record::Completed(ack.clone().detached());
-        entries.insert(storage_key.to_owned(), record, now + ttl);
+        entries.insert(at, record, now + ttl);
         Ok(Acceptance::Queued)
     }
 
@@ -292,28 +337,52 @@ mod tests {
         ScopedKey::new(RouteName::new("r").unwrap(), None, key)
     }
 
+    fn entry_key(n: u8) -> EntryKey {
+        EntryKey {
+            hash: RandomState::new().hash_one(n),
+            name_digest: [n; 32],
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn expired_entries_are_swept_once_one_is_due() {
         let mut entries = Entries::default();
         let (_, record) = InFlightRecord::fresh(Fingerprint::from_bytes([1; 32]));
         let now = Instant::now();
         for n in 0..100 {
-            entries.insert(
-                format!("k{n}"),
-                record.clone(),
-                now + Duration::from_secs(1),
-            );
+            entries.insert(entry_key(n), record.clone(), now + Duration::from_secs(1));
         }
-        entries.insert("long".into(), record.clone(), now + Duration::from_secs(60));
+        let long = now + Duration::from_secs(60);
+        entries.insert(entry_key(100), record.clone(), long);
         assert_eq!(entries.records.len(), 101, "nothing is due yet");
         tokio::time::advance(Duration::from_secs(2)).await;
         entries.insert(
-            "late".into(),
+            entry_key(101),
             record,
             Instant::now() + Duration::from_secs(60),
         );
         assert_eq!(entries.records.len(), 2, "the expired hundred are gone");
-        assert_eq!(entries.next_sweep, Some(now + Duration::from_secs(60)));
+        assert_eq!(entries.next_sweep, Some(long));
+    }
+
+    #[test]
+    fn entries_with_one_hash_stay_apart_by_their_digests() {
+        // Two names whose keyed hashes agree still name two records.
+        let mut entries = Entries::default();
+        let (_, record) = InFlightRecord::fresh(Fingerprint::from_bytes([1; 32]));
+        let expires = Instant::now() + Duration::from_secs(60);
+        let first = EntryKey {
+            hash: 7,
+            name_digest: [1; 32],
+        };
+        let second = EntryKey {
+            name_digest: [2; 32],
+            ..first
+        };
+        entries.insert(first, record.clone(), expires);
+        assert!(entries.live(&second, Instant::now()).is_none());
+        entries.insert(second, record, expires);
+        assert_eq!(entries.records.len(), 2);
     }
 
     #[tokio::test]
