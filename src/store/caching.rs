@@ -55,7 +55,7 @@ impl<S: Store + ?Sized> CachingStore<S> {
         if !self.fresh_for.is_zero() {
             let fresh_for = self.fresh_for;
             self.cache
-                .insert(key.storage_key().to_owned(), record, fresh_for, left);
+                .insert(*key.name_digest(), record, fresh_for, left);
         }
     }
 
@@ -63,7 +63,7 @@ impl<S: Store + ?Sized> CachingStore<S> {
         if self.fresh_for.is_zero() {
             return None;
         }
-        self.cache.get(key.storage_key())
+        self.cache.get(key.name_digest())
     }
 }
 
@@ -121,7 +121,7 @@ impl<S: Store + ?Sized> Store for CachingStore<S> {
     }
 
     async fn remove(&self, key: &ScopedKey, removal: Removal) -> Result<Removed, StoreError> {
-        self.cache.invalidate(key.storage_key());
+        self.cache.invalidate(key.name_digest());
         self.inner.remove(key, removal).await
     }
 

@@ -1,5 +1,9 @@
-//! The bounded map behind [`CachingStore`](super::CachingStore): completed records by store
-//! name, each fresh until a fixed instant, the whole bounded by the bytes it holds.
+//! The bounded map behind [`CachingStore`](super::CachingStore): completed records by the
+//! SHA-256 of their store name, each fresh until a fixed instant, the whole bounded by the bytes
+//! it holds.
+//!
+//! The digest rather than the name: it is made once per request anyway (for the log line), and
+//! a fixed-width key lives in the map and the order queue without an allocation each.
 //!
 //! An entry's freshness is set once, when it is stored: serving it does not extend it, so a
 //! record dropped on another replica is never answered here for longer than the time it was
@@ -13,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::model::CompletedRecord;
 
-/// What an entry costs besides its body and header bytes: its name, the map slot, the record
+/// What an entry costs besides its body and header bytes: the map slot, the record
 /// and its header map's own allocations: an estimate, on the generous side.
 const ENTRY_OVERHEAD: usize = 1024;
 /// Bodies larger than this are not cached: they would push out many small ones.
@@ -29,12 +33,15 @@ pub struct ReplayCache {
 #[derive(Debug, Default)]
 struct Entries {
     /// Each entry with its freshness and the insertion number that `order` names it by.
-    map: HashMap<String, (CompletedRecord, Instant, u64)>,
+    map: HashMap<NameDigest, (CompletedRecord, Instant, u64)>,
     /// Insertion order; a pair whose number no longer matches the map's entry is stale.
-    order: VecDeque<(u64, String)>,
+    order: VecDeque<(u64, NameDigest)>,
     bytes: usize,
     inserted: u64,
 }
+
+/// The SHA-256 of a record's store name ([`ScopedKey::name_digest`](crate::model::ScopedKey::name_digest)).
+type NameDigest = [u8; 32];
 
 fn size(record: &CompletedRecord) -> usize {
     record.payload_len() + ENTRY_OVERHEAD
@@ -57,7 +64,7 @@ impl ReplayCache {
     }
 
     /// The cached record under `key`, if it is still fresh.
-    pub fn get(&self, key: &str) -> Option<CompletedRecord> {
+    pub fn get(&self, key: &NameDigest) -> Option<CompletedRecord> {
         let mut entries = self.entries();
         match entries.map.get(key) {
             Some((record, fresh_until, _)) if *fresh_until > Instant::now() => Some(record.clone()),
@@ -73,7 +80,7 @@ impl ReplayCache {
     /// left in the store.
     pub fn insert(
         &self,
-        key: String,
+        key: NameDigest,
         record: &CompletedRecord,
         ttl: Duration,
         record_left: Duration,
@@ -100,7 +107,7 @@ impl ReplayCache {
         entries.inserted += 1;
         let number = entries.inserted;
         entries.bytes += bytes;
-        entries.order.push_back((number, key.clone()));
+        entries.order.push_back((number, key));
         entries
             .map
             .insert(key, (record.clone(), Instant::now() + ttl, number));
@@ -108,13 +115,13 @@ impl ReplayCache {
     }
 
     /// Forgets `key` (an operator dropped the record).
-    pub fn invalidate(&self, key: &str) {
+    pub fn invalidate(&self, key: &NameDigest) {
         self.entries().remove(key);
     }
 }
 
 impl Entries {
-    fn remove(&mut self, key: &str) {
+    fn remove(&mut self, key: &NameDigest) {
         if let Some((record, _, _)) = self.map.remove(key) {
             self.bytes -= size(&record);
         }
@@ -138,6 +145,7 @@ mod tests {
     use crate::model::{FencingToken, Fingerprint, StoredBody};
     use bytes::Bytes;
     use http::{HeaderMap, StatusCode};
+    use sha2::{Digest, Sha256};
 
     fn record(body_len: usize) -> CompletedRecord {
         CompletedRecord {
@@ -150,46 +158,50 @@ mod tests {
         }
     }
 
+    fn name(name: &str) -> NameDigest {
+        Sha256::digest(name.as_bytes()).into()
+    }
+
     const DAY: Duration = Duration::from_secs(86_400);
 
     #[tokio::test(start_paused = true)]
     async fn entries_expire_after_the_local_ttl() {
         let cache = ReplayCache::new(1 << 20);
-        cache.insert("k".into(), &record(10), Duration::from_secs(1), DAY);
-        assert!(cache.get("k").is_some());
+        cache.insert(name("k"), &record(10), Duration::from_secs(1), DAY);
+        assert!(cache.get(&name("k")).is_some());
         tokio::time::advance(Duration::from_millis(1001)).await;
-        assert!(cache.get("k").is_none());
+        assert!(cache.get(&name("k")).is_none());
     }
 
     #[tokio::test(start_paused = true)]
     async fn never_past_the_records_own_expiry() {
         let cache = ReplayCache::new(1 << 20);
         cache.insert(
-            "k".into(),
+            name("k"),
             &record(10),
             Duration::from_secs(60),
             Duration::ZERO,
         );
         assert!(
-            cache.get("k").is_none(),
+            cache.get(&name("k")).is_none(),
             "a record with no time left is not kept"
         );
         let left = Duration::from_millis(300);
-        cache.insert("k".into(), &record(10), Duration::from_secs(60), left);
+        cache.insert(name("k"), &record(10), Duration::from_secs(60), left);
         tokio::time::advance(Duration::from_millis(301)).await;
-        assert!(cache.get("k").is_none());
+        assert!(cache.get(&name("k")).is_none());
     }
 
     #[test]
     fn the_byte_budget_pushes_out_the_oldest() {
         let cache = ReplayCache::new(3 * (1000 + ENTRY_OVERHEAD));
         for key in ["a", "b", "c", "d"] {
-            cache.insert(key.into(), &record(1000), Duration::from_secs(60), DAY);
+            cache.insert(name(key), &record(1000), Duration::from_secs(60), DAY);
         }
-        assert!(cache.get("a").is_none());
-        assert!(cache.get("b").is_some() && cache.get("d").is_some());
-        cache.invalidate("d");
-        assert!(cache.get("d").is_none());
+        assert!(cache.get(&name("a")).is_none());
+        assert!(cache.get(&name("b")).is_some() && cache.get(&name("d")).is_some());
+        cache.invalidate(&name("d"));
+        assert!(cache.get(&name("d")).is_none());
         assert!(cache.entries().bytes <= 3 * (1000 + ENTRY_OVERHEAD));
     }
 
@@ -197,11 +209,11 @@ mod tests {
     fn large_bodies_are_not_cached() {
         let cache = ReplayCache::new(1 << 30);
         cache.insert(
-            "big".into(),
+            name("big"),
             &record(MAX_ENTRY_BYTES + 1),
             Duration::from_secs(60),
             DAY,
         );
-        assert!(cache.get("big").is_none());
+        assert!(cache.get(&name("big")).is_none());
     }
 }
