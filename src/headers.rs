@@ -7,16 +7,18 @@
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// The fixed hop-by-hop set, and `Upgrade`; anything named in `Connection` is hop-by-hop too.
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+/// As names, not strings: a standard name compares as a number, and removing by name skips
+/// parsing the string back into one.
+static HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
 ];
 
 /// Removes hop-by-hop headers, including those the `Connection` header names.
@@ -46,7 +48,7 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
     for (bit, name) in HOP_BY_HOP.iter().enumerate() {
         if present & (1 << bit) != 0 {
-            headers.remove(*name);
+            headers.remove(name);
         }
     }
 }
@@ -67,7 +69,7 @@ fn remove_named(headers: &mut HeaderMap, connection: &HeaderValue) {
 fn hop_by_hop_bit(name: &HeaderName) -> u16 {
     HOP_BY_HOP
         .iter()
-        .position(|hop| *hop == name.as_str())
+        .position(|hop| hop == name)
         .map_or(0, |at| 1 << at)
 }
 
