@@ -86,7 +86,8 @@ impl RouteMetrics {
             route = self.route.as_str(),
             outcome = outcome.as_str(),
             status,
-            latency_ms = elapsed.as_secs_f64() * 1000.0,
+            // In whole microseconds, which the text log writes without the float formatter.
+            latency_ms = elapsed.as_micros() as f64 / 1000.0,
             key = key_id.unwrap_or("-"),
             problem = problem.map(ProxyError::problem_type),
             cause = cause.map(|c| &*c.0),

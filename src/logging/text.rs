@@ -214,8 +214,54 @@ impl Visit for PlainFields<'_> {
         }
     }
 
+    /// As `{:?}` writes it (the status, for one): without the formatting machinery.
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        if self.name(field) {
+            self.line.push_str(itoa::Buffer::new().format(value));
+        }
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        if self.name(field) {
+            self.line.push_str(itoa::Buffer::new().format(value));
+        }
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        if !self.name(field) {
+            return;
+        }
+        write_f64(self.line, value);
+    }
+
     fn record_error(&mut self, _: &Field, _: &(dyn std::error::Error + 'static)) {
         self.plain = false;
+    }
+}
+
+/// Writes `value` as `{:?}` does. A latency is logged in whole microseconds, as the double
+/// nearest `n / 1000`, and the shortest digits that read back to that double are the decimal
+/// `n / 1000` itself (no other string as short lies within its rounding interval): those are
+/// written from the integer, which costs a tenth of the float formatter. Any other value takes
+/// `{:?}`.
+fn write_f64(line: &mut String, value: f64) {
+    let thousandths = (value * 1000.0).round();
+    if !((1.0..1e15).contains(&thousandths) && thousandths / 1000.0 == value) {
+        let _ = write!(line, "{value:?}");
+        return;
+    }
+    let n = thousandths as u64;
+    line.push_str(itoa::Buffer::new().format(n / 1000));
+    line.push('.');
+    let mut fraction = n % 1000;
+    if fraction == 0 {
+        line.push('0');
+    }
+    let mut divisor = 100;
+    while fraction != 0 {
+        line.push(char::from(b'0' + (fraction / divisor) as u8));
+        fraction %= divisor;
+        divisor /= 10;
     }
 }
 

@@ -158,3 +158,32 @@ fn a_time_the_general_formatter_writes_differently_is_handed_over() {
     let far = UNIX_EPOCH + Duration::from_secs(260_000_000_000);
     assert!(!timestamp(&mut line, far));
 }
+
+proptest::proptest! {
+    #[test]
+    fn floats_are_written_as_debug_writes_them(bits in proptest::num::u64::ANY, micros in 0..10_000_000_000_000u64) {
+        let latency = Duration::from_micros(micros).as_micros() as f64 / 1000.0;
+        for value in [f64::from_bits(bits), latency, (micros % 1_000_000) as f64 / 1000.0] {
+            let mut line = String::new();
+            write_f64(&mut line, value);
+            proptest::prop_assert_eq!(line, format!("{value:?}"));
+        }
+    }
+}
+
+#[test]
+fn floats_at_the_edges_are_written_as_debug_writes_them() {
+    let edges = [
+        0.0, -0.0, 0.001, 0.01, 0.1, 0.53, 1.0, 1.5, 10.25, 100.125, 1e-4, 1e-5, 1e12,
+    ];
+    let more = [1e15, 1e16, 0.1 + 0.2, 5e-324, -2.5, 999_999_999_999.999];
+    for value in edges
+        .into_iter()
+        .chain(more)
+        .chain([f64::NAN, f64::INFINITY])
+    {
+        let mut line = String::new();
+        write_f64(&mut line, value);
+        assert_eq!(line, format!("{value:?}"), "{value:e}");
+    }
+}
