@@ -78,10 +78,14 @@ impl Execution {
     {
         let in_flight = self.ctx.metrics.in_flight();
         let started = Instant::now();
-        // The renewal runs beside the call in this same task, and stops when the call ends.
+        let deadline = started + self.ctx.policy.upstream_timeout;
+        // The renewal runs beside the call in this same task, and its timer is also the call's
+        // deadline: one timer per call, where a timeout beside the renewal's sleep took two.
+        // Biased, so an answer ready at the deadline is taken.
         let answer = tokio::select! {
+            biased;
             answer = self.call_upstream(inner, request) => answer,
-            never = self.renew_lease() => match never {},
+            () = self.renew_lease_until(deadline) => timed_out(),
         };
         self.ctx.metrics.upstream_call(started.elapsed());
         let settled = self.settle(answer).await;
@@ -93,22 +97,37 @@ impl Execution {
     }
 
     /// Keeps the lease alive while the upstream works, so a slow upstream never lets a
-    /// duplicate in. Runs until dropped; a lost lease stops the renewing, not the call.
-    async fn renew_lease(&self) -> std::convert::Infallible {
-        let policy = &self.ctx.policy;
+    /// duplicate in, and returns at `deadline`. A lost lease stops the renewing, not the call.
+    async fn renew_lease_until(&self, deadline: Instant) {
+        let every = self.ctx.policy.renew_every();
+        let mut renewing = true;
         loop {
-            tokio::time::sleep(policy.renew_every()).await;
-            let held = &self.held;
-            let renewed = self.ctx.store.renew(&held.key, held.token, policy.lease);
-            match renewed.await {
-                Ok(Fenced::Applied) => {}
-                Ok(Fenced::LeaseLost) => {
-                    tracing::warn!(key = %self.held.key.log_id(), "lease lost while the upstream was working");
-                    return std::future::pending().await;
-                }
-                Err(e) => {
-                    tracing::warn!(key = %self.held.key.log_id(), error = %e, "renewing the lease failed");
-                }
+            let next = Instant::now() + every;
+            if next >= deadline {
+                return tokio::time::sleep_until(deadline).await;
+            }
+            tokio::time::sleep_until(next).await;
+            if renewing {
+                // A store slow to answer must not hold the call past its deadline.
+                renewing = tokio::time::timeout_at(deadline, self.renew_lease())
+                    .await
+                    .unwrap_or(true);
+            }
+        }
+    }
+
+    /// Renews the lease once; false when it was lost and renewing should stop.
+    async fn renew_lease(&self) -> bool {
+        let (held, lease) = (&self.held, self.ctx.policy.lease);
+        match self.ctx.store.renew(&held.key, held.token, lease).await {
+            Ok(Fenced::Applied) => true,
+            Ok(Fenced::LeaseLost) => {
+                tracing::warn!(key = %held.key.log_id(), "lease lost while the upstream was working");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(key = %held.key.log_id(), error = %e, "renewing the lease failed");
+                true
             }
         }
     }
@@ -118,25 +137,14 @@ impl Execution {
         S: Inner<B>,
         B: AnswerBody,
     {
-        let policy = &self.ctx.policy;
-        let work = async {
-            let response = match inner.oneshot(request).await {
-                Ok(response) => response,
-                Err(e) => return failed(&*e.into()),
-            };
-            let (parts, body) = response.into_parts();
-            match buffer(body, policy.max_cached_body.as_usize()).await {
-                Ok(body) => Answer::Upstream(parts, body),
-                Err(e) => failed(&*e),
-            }
+        let response = match inner.oneshot(request).await {
+            Ok(response) => response,
+            Err(e) => return failed(&*e.into()),
         };
-        match tokio::time::timeout(policy.upstream_timeout, work).await {
-            Ok(answer) => answer,
-            Err(_) => Answer::Problem {
-                error: ProxyError::UpstreamTimeout,
-                cause: Cause("no answer within upstream_timeout".into()),
-                outcome: Outcome::Ambiguous,
-            },
+        let (parts, body) = response.into_parts();
+        match buffer(body, self.ctx.policy.max_cached_body.as_usize()).await {
+            Ok(body) => Answer::Upstream(parts, body),
+            Err(e) => failed(&*e),
         }
     }
 
@@ -175,6 +183,15 @@ impl Execution {
                     .record(ctx, error.status(), &HeaderMap::new(), kind)
             }
         }
+    }
+}
+
+/// The answer for a call still running at `upstream_timeout`.
+fn timed_out() -> Answer {
+    Answer::Problem {
+        error: ProxyError::UpstreamTimeout,
+        cause: Cause("no answer within upstream_timeout".into()),
+        outcome: Outcome::Ambiguous,
     }
 }
 

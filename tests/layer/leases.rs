@@ -18,9 +18,9 @@ use tower_test::mock;
 use crate::harness::{memory, policy, post, read, send, stack, Counting};
 
 /// A store whose holders cannot renew: what a proxy paused by a long GC or a network partition
-/// looks like to everyone else.
+/// looks like to everyone else. Renewals fail at once, or with `hang`, never answer.
 #[derive(Debug, Default)]
-struct NoRenewals(MemoryStore);
+struct NoRenewals(MemoryStore, bool);
 
 #[async_trait]
 impl Store for NoRenewals {
@@ -38,6 +38,9 @@ impl Store for NoRenewals {
         _: FencingToken,
         _: Duration,
     ) -> Result<Fenced, StoreError> {
+        if self.1 {
+            std::future::pending::<()>().await;
+        }
         Err(StoreError::Unavailable("partitioned".into()))
     }
     async fn complete(
@@ -83,6 +86,29 @@ async fn a_renewed_lease_keeps_duplicates_out_of_a_slow_upstream() {
     assert_eq!(duplicate.status, StatusCode::CONFLICT, "renewed past 300ms");
     reply.send_response(answer("once"));
     assert_eq!(read(first.await.unwrap().unwrap()).await.body, "once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_never_move_the_upstream_deadline() {
+    for hang in [false, true] {
+        let (upstream, mut handle) = mock::pair();
+        let mut short = policy();
+        short.lease = Duration::from_millis(300);
+        short.upstream_timeout = Duration::from_secs(1);
+        let store: Arc<dyn Store> = Arc::new(NoRenewals(MemoryStore::new(), hang));
+        let renewing = if hang { store } else { memory() };
+        let service = stack(renewing, short, upstream);
+        let started = tokio::time::Instant::now();
+        let first = tokio::spawn(service.clone().oneshot(post(Some("late"), "{}")));
+        let (_, _never_answered) = handle.next_request().await.unwrap();
+        let answer = first.await.unwrap().unwrap();
+        assert_eq!(answer.status(), StatusCode::GATEWAY_TIMEOUT, "hang: {hang}");
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_secs(1) && waited < Duration::from_millis(1050),
+            "answered at the deadline, not at a renewal's end (hang: {hang}, {waited:?})"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]
