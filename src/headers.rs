@@ -7,8 +7,8 @@
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// The fixed hop-by-hop set, and `Upgrade`; anything named in `Connection` is hop-by-hop too.
-/// As names, not strings: a standard name compares as a number, and removing by name skips
-/// parsing the string back into one.
+/// As names, so that removing one skips parsing its text back into a name; they are found by
+/// their text (`hop_by_hop_bit`).
 static HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
@@ -139,10 +139,7 @@ mod tests {
         let left = left_after_stripping(&[
             ("connection", "close, x-secret-hop"),
             ("x-secret-hop", "1"),
-            (
-                "close",
-                "a header named as the option is one the option names",
-            ),
+            ("close", "named by the option of the same name"),
             ("transfer-encoding", "chunked"),
             ("keep-alive", "timeout=5"),
             ("upgrade", "websocket"),
