@@ -233,7 +233,7 @@ async fn the_page_shows_what_metrics_count_and_nothing_a_client_sent() {
         IdempotencyKey::new("slow-order".to_owned()).unwrap(),
     );
     assert!(
-        dom.contains(&slow_key.log_id()),
+        dom.contains(slow_key.log_id().as_str()),
         "the decisions list keys by their log id"
     );
 

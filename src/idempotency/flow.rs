@@ -18,7 +18,7 @@ use super::execute::Execution;
 use super::policy::{ConcurrentPolicy, RouteMode, StoreErrorPolicy};
 use super::replay::replay;
 use crate::error::{rescue, ProxyError};
-use crate::model::{Fingerprint, InFlightRecord};
+use crate::model::{Fingerprint, InFlightRecord, LogId};
 use crate::outcome::RequestOutcome;
 use crate::store::{Reservation, StoreError};
 
@@ -54,7 +54,7 @@ where
             (response, outcome, Some(key))
         }
     };
-    let key = key.as_deref();
+    let key = key.as_ref().map(LogId::as_str);
     ctx.metrics
         .request_finished(outcome, &response, key, started.elapsed());
     response

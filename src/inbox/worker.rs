@@ -147,7 +147,7 @@ impl Worker {
         let key = claim.delivery.key.log_id();
         self.metrics.attempted(&AttemptReport {
             delivery: &delivery,
-            key: &key,
+            key: key.as_str(),
             attempt: claim.delivery.attempts,
             outcome,
             status: status.map(|s| s.as_u16()),
