@@ -111,7 +111,22 @@ fn timestamp(line: &mut String, now: SystemTime) -> bool {
         line.push_str(text);
         true
     });
-    fits && write!(line, "{:06}Z", since_epoch.subsec_micros()).is_ok()
+    if fits {
+        micros(line, since_epoch.subsec_micros());
+    }
+    fits
+}
+
+/// `042137Z`: the microseconds as `{:06}` writes them, without the formatting machinery
+/// (a third of the line's cost went to this one field).
+fn micros(line: &mut String, micros: u32) {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(micros);
+    for _ in digits.len()..6 {
+        line.push('0');
+    }
+    line.push_str(digits);
+    line.push('Z');
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.` of a time in seconds since 1970 (UTC, proleptic Gregorian).

@@ -136,6 +136,15 @@ fn timestamps_are_those_of_the_general_formatter() {
 }
 
 #[test]
+fn microseconds_are_padded_to_six_digits() {
+    for n in [0, 7, 42, 999, 100_000, 999_999] {
+        let mut line = String::new();
+        micros(&mut line, n);
+        assert_eq!(line, format!("{n:06}Z"));
+    }
+}
+
+#[test]
 fn dates_across_leap_days_and_centuries() {
     let day = |days: u64| civil_from_days(days);
     assert_eq!(day(0), (1970, 1, 1));
