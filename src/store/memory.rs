@@ -1,11 +1,11 @@
 //! The in-process store: for tests and trials. Everything is lost on restart.
 //!
-//! Inbox routes' queues live beside the records (`memory_inbox.rs`).
+//! The maps records are filed in are in `memory_entries.rs`; inbox routes' queues live beside
+//! the records (`memory_inbox.rs`).
 //!
 //! Expiry uses tokio's clock, so tests can pause time and step over a lease or a TTL.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -14,18 +14,12 @@ use tokio::time::Instant;
 
 use super::api::{Fenced, Removal, Removed, Reservation, Store, StoreError};
 use super::inbox::{Acceptance, Claim, Inbox, Settlement};
+use super::memory_entries::{Entries, EntryKey, SHARDS};
 use super::memory_inbox::MemoryQueues;
 use crate::model::{
     CompletedRecord, Delivery, DeliveryId, FencingToken, Fingerprint, InFlightRecord, InboxQueues,
     Record, RouteName, ScopedKey,
 };
-
-/// Records are spread over this many maps, each behind its own lock, so that neither a busy
-/// key nor a map growing past a resize stalls every other request. A map doubles all at once,
-/// under its lock and on the worker thread that inserted: with 16 maps, a store of a few hundred
-/// thousand records stalled a worker for milliseconds at each doubling (keyed p99 under load
-/// 28.7 ms against 9.5 ms with 256 maps, in the same rounds).
-const SHARDS: usize = 256;
 
 /// Records in this process's memory, lost when it exits.
 #[derive(Debug)]
@@ -43,104 +37,6 @@ impl Default for MemoryStore {
             hasher: RandomState::new(),
             queues: MemoryQueues::default(),
         }
-    }
-}
-
-/// What a record is filed under: the SHA-256 of its store name, and a hash of that digest keyed
-/// by this process's secret, made once per request.
-///
-/// Fixed-width and held in the map itself, so a doubling rehashes each record by reading a
-/// number beside it, where a name kept on the heap cost a hash of the whole name and a cache
-/// miss to reach it. The keyed hash, not the digest, places records: anyone can search for names
-/// whose digests collide in a map's low bits, nobody can for the keyed hash.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct EntryKey {
-    hash: u64,
-    name_digest: [u8; 32],
-}
-
-impl Hash for EntryKey {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_u64(self.hash);
-    }
-}
-
-impl EntryKey {
-    /// The map the record lives in. The maps place records by the hash's low bits and compare
-    /// its top seven: taking the shard from those would leave every map using part of its table,
-    /// or matching every tag.
-    fn shard(&self) -> usize {
-        (self.hash >> 32) as usize % SHARDS
-    }
-}
-
-/// Passes an [`EntryKey`]'s hash through: it is already keyed and spread.
-#[derive(Debug, Default)]
-struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `write_u64` is ever called; folding keeps any other input hashed, not dropped.
-        for &byte in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-#[derive(Debug, Default)]
-struct Entries {
-    /// Boxed, so that a doubling moves a pointer per record rather than the record.
-    records: HashMap<EntryKey, Box<(Record, Instant)>, BuildHasherDefault<PassThrough>>,
-    /// When the earliest entry written since the last sweep expires: sweeping before then
-    /// would scan every entry and find nothing to drop.
-    next_sweep: Option<Instant>,
-}
-
-impl Entries {
-    /// The live record under `key`; an expired one is dropped on the way.
-    fn live(&mut self, key: &EntryKey, now: Instant) -> Option<&mut (Record, Instant)> {
-        if self.records.get(key).is_some_and(|entry| entry.1 <= now) {
-            self.records.remove(key);
-        }
-        self.records.get_mut(key).map(|entry| &mut **entry)
-    }
-
-    fn held_by(
-        &mut self,
-        key: &EntryKey,
-        token: FencingToken,
-        now: Instant,
-    ) -> Option<&mut (Record, Instant)> {
-        self.live(key, now)
-            .filter(|(record, _)| matches!(record, Record::InFlight(r) if r.token == token))
-    }
-
-    /// Inserts, first sweeping out expired entries when one may be due, so a store under
-    /// steady load stays bounded without scanning on every write.
-    fn insert(&mut self, key: EntryKey, record: Record, expires: Instant) {
-        let now = Instant::now();
-        if self.next_sweep.is_some_and(|due| due <= now) {
-            let mut earliest: Option<Instant> = None;
-            self.records.retain(|_, entry| {
-                let at = entry.1;
-                let live = at > now;
-                if live {
-                    earliest = Some(earliest.map_or(at, |e| e.min(at)));
-                }
-                live
-            });
-            self.next_sweep = earliest;
-        }
-        self.next_sweep = Some(self.next_sweep.map_or(expires, |due| due.min(expires)));
-        self.records.insert(key, Box::new((record, expires)));
     }
 }
 
@@ -224,7 +120,7 @@ impl Store for MemoryStore {
         let (at, mut entries) = self.entries(key);
         let held = entries.held_by(&at, token, Instant::now()).is_some();
         if held {
-            entries.records.remove(&at);
+            entries.remove(&at);
         }
         Ok(applied(held))
     }
@@ -246,7 +142,7 @@ impl Store for MemoryStore {
             }
             Some(_) => Removed::Removed,
         };
-        entries.records.remove(&at);
+        entries.remove(&at);
         Ok(answer)
     }
 
@@ -337,54 +233,6 @@ mod tests {
         ScopedKey::new(RouteName::new("r").unwrap(), None, key)
     }
 
-    fn entry_key(n: u8) -> EntryKey {
-        EntryKey {
-            hash: RandomState::new().hash_one(n),
-            name_digest: [n; 32],
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn expired_entries_are_swept_once_one_is_due() {
-        let mut entries = Entries::default();
-        let (_, record) = InFlightRecord::fresh(Fingerprint::from_bytes([1; 32]));
-        let now = Instant::now();
-        for n in 0..100 {
-            entries.insert(entry_key(n), record.clone(), now + Duration::from_secs(1));
-        }
-        let long = now + Duration::from_secs(60);
-        entries.insert(entry_key(100), record.clone(), long);
-        assert_eq!(entries.records.len(), 101, "nothing is due yet");
-        tokio::time::advance(Duration::from_secs(2)).await;
-        entries.insert(
-            entry_key(101),
-            record,
-            Instant::now() + Duration::from_secs(60),
-        );
-        assert_eq!(entries.records.len(), 2, "the expired hundred are gone");
-        assert_eq!(entries.next_sweep, Some(long));
-    }
-
-    #[test]
-    fn entries_with_one_hash_stay_apart_by_their_digests() {
-        // Two names whose keyed hashes agree still name two records.
-        let mut entries = Entries::default();
-        let (_, record) = InFlightRecord::fresh(Fingerprint::from_bytes([1; 32]));
-        let expires = Instant::now() + Duration::from_secs(60);
-        let first = EntryKey {
-            hash: 7,
-            name_digest: [1; 32],
-        };
-        let second = EntryKey {
-            name_digest: [2; 32],
-            ..first
-        };
-        entries.insert(first, record.clone(), expires);
-        assert!(entries.live(&second, Instant::now()).is_none());
-        entries.insert(second, record, expires);
-        assert_eq!(entries.records.len(), 2);
-    }
-
     #[tokio::test]
     async fn keys_in_different_shards_stay_apart() {
         let store = MemoryStore::new();
@@ -399,7 +247,7 @@ mod tests {
         let spread = store
             .shards
             .iter()
-            .filter(|s| !s.lock().unwrap().records.is_empty())
+            .filter(|s| !s.lock().unwrap().is_empty())
             .count();
         assert!(
             spread > SHARDS / 2,

@@ -13,6 +13,7 @@ mod caching;
 pub mod file;
 mod inbox;
 mod memory;
+mod memory_entries;
 mod memory_inbox;
 pub mod redis;
 mod redis_cluster;
