@@ -5,7 +5,7 @@
 //!
 //! Expiry uses tokio's clock, so tests can pause time and step over a lease or a TTL.
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::RandomState;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -13,8 +13,9 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::api::{Fenced, Removal, Removed, Reservation, Store, StoreError};
+use super::digest_key::DigestKey;
 use super::inbox::{Acceptance, Claim, Inbox, Settlement};
-use super::memory_entries::{Entries, EntryKey, SHARDS};
+use super::memory_entries::{shard, Entries, SHARDS};
 use super::memory_inbox::MemoryQueues;
 use crate::model::{
     CompletedRecord, Delivery, DeliveryId, FencingToken, Fingerprint, InFlightRecord, InboxQueues,
@@ -47,15 +48,11 @@ impl MemoryStore {
     }
 
     /// Where `key`'s record is filed, and its map, locked.
-    fn entries(&self, key: &ScopedKey) -> (EntryKey, std::sync::MutexGuard<'_, Entries>) {
-        let name_digest = *key.name_digest();
-        let at = EntryKey {
-            hash: self.hasher.hash_one(name_digest),
-            name_digest,
-        };
+    fn entries(&self, key: &ScopedKey) -> (DigestKey, std::sync::MutexGuard<'_, Entries>) {
+        let at = DigestKey::new(&self.hasher, *key.name_digest());
         // A panic while holding the lock cannot leave a half-written entry: every change is a
         // single insert or remove, so the map stays valid and we keep serving.
-        let entries = self.shards[at.shard()]
+        let entries = self.shards[shard(&at)]
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         (at, entries)

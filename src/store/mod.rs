@@ -10,6 +10,7 @@ use std::sync::Arc;
 mod answers;
 mod api;
 mod caching;
+mod digest_key;
 pub mod file;
 mod inbox;
 mod memory;
