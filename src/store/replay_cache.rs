@@ -3,18 +3,26 @@
 //! it holds.
 //!
 //! The digest rather than the name: it is made once per request anyway (for the log line), and
-//! a fixed-width key lives in the map and the order queue without an allocation each.
+//! a fixed-width key lives in the map and the order queue without an allocation each. The
+//! queue holds each key with its keyed hash (`digest_key.rs`), so pushing out the oldest entry
+//! hashes nothing, and an insert hashes its own key once and probes the map twice: once to push
+//! out the oldest, once to put the new entry in, taking back any copy it replaces. Every first
+//! request with a key in front of Redis or the file store inserts here, so each probe counts: the
+//! map is a few megabytes and a probe is a likely cache miss.
 //!
 //! An entry's freshness is set once, when it is stored: serving it does not extend it, so a
 //! record dropped on another replica is never answered here for longer than the time it was
 //! given. Oldest entries leave first when the budget is full.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
+use std::hash::RandomState;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::digest_key::{ByDigestKey, DigestKey};
 use crate::model::CompletedRecord;
 
 /// What an entry costs besides its body and header bytes: the map slot, the record
@@ -27,17 +35,26 @@ const MAX_ENTRY_BYTES: usize = 64 * 1024;
 #[derive(Debug)]
 pub struct ReplayCache {
     budget: usize,
+    /// Keys the map's hashes, so nobody can choose names that pile up in one place.
+    secret: RandomState,
     inner: Mutex<Entries>,
 }
 
 #[derive(Debug, Default)]
 struct Entries {
-    /// Each entry with its freshness and the insertion number that `order` names it by.
-    map: HashMap<NameDigest, (CompletedRecord, Instant, u64)>,
+    map: HashMap<DigestKey, Cached, ByDigestKey>,
     /// Insertion order; a pair whose number no longer matches the map's entry is stale.
-    order: VecDeque<(u64, NameDigest)>,
+    order: VecDeque<(u64, DigestKey)>,
     bytes: usize,
     inserted: u64,
+}
+
+/// A copy of a record, with its freshness and the insertion number `order` names it by.
+#[derive(Debug)]
+struct Cached {
+    record: CompletedRecord,
+    fresh_until: Instant,
+    number: u64,
 }
 
 /// The SHA-256 of a record's store name ([`ScopedKey::name_digest`](crate::model::ScopedKey::name_digest)).
@@ -52,6 +69,7 @@ impl ReplayCache {
     pub fn new(budget: usize) -> Self {
         Self {
             budget,
+            secret: RandomState::new(),
             inner: Mutex::default(),
         }
     }
@@ -63,16 +81,24 @@ impl ReplayCache {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The cached record under `key`, if it is still fresh.
-    pub fn get(&self, key: &NameDigest) -> Option<CompletedRecord> {
+    fn key(&self, name_digest: &NameDigest) -> DigestKey {
+        DigestKey::new(&self.secret, *name_digest)
+    }
+
+    /// The cached record under `name_digest`, if it is still fresh.
+    pub fn get(&self, name_digest: &NameDigest) -> Option<CompletedRecord> {
+        let key = self.key(name_digest);
         let mut entries = self.entries();
-        match entries.map.get(key) {
-            Some((record, fresh_until, _)) if *fresh_until > Instant::now() => Some(record.clone()),
-            Some(_) => {
-                entries.remove(key);
+        match entries.map.entry(key) {
+            Entry::Occupied(slot) if slot.get().fresh_until > Instant::now() => {
+                Some(slot.get().record.clone())
+            }
+            Entry::Occupied(slot) => {
+                let stale = slot.remove();
+                entries.bytes -= size(&stale.record);
                 None
             }
-            None => None,
+            Entry::Vacant(_) => None,
         }
     }
 
@@ -80,7 +106,7 @@ impl ReplayCache {
     /// left in the store.
     pub fn insert(
         &self,
-        key: NameDigest,
+        name_digest: NameDigest,
         record: &CompletedRecord,
         ttl: Duration,
         record_left: Duration,
@@ -90,41 +116,51 @@ impl ReplayCache {
         if ttl.is_zero() || bytes > MAX_ENTRY_BYTES.min(self.budget) {
             return;
         }
+        let key = self.key(&name_digest);
+        let fresh_until = Instant::now() + ttl;
         let mut entries = self.entries();
-        entries.remove(&key);
-        while entries.bytes + bytes > self.budget {
-            let Some((number, oldest)) = entries.order.pop_front() else {
-                break;
-            };
-            if entries
-                .map
-                .get(&oldest)
-                .is_some_and(|entry| entry.2 == number)
-            {
-                entries.remove(&oldest);
-            }
-        }
+        // A copy this one replaces is counted until it is taken out below, so room is made
+        // for both: at worst one more old entry leaves than had to.
+        while entries.bytes + bytes > self.budget && entries.push_out_oldest() {}
         entries.inserted += 1;
         let number = entries.inserted;
         entries.bytes += bytes;
         entries.order.push_back((number, key));
-        entries
-            .map
-            .insert(key, (record.clone(), Instant::now() + ttl, number));
+        let cached = Cached {
+            record: record.clone(),
+            fresh_until,
+            number,
+        };
+        if let Some(replaced) = entries.map.insert(key, cached) {
+            entries.bytes -= size(&replaced.record);
+        }
         entries.compact();
     }
 
-    /// Forgets `key` (an operator dropped the record).
-    pub fn invalidate(&self, key: &NameDigest) {
-        self.entries().remove(key);
+    /// Forgets `name_digest` (an operator dropped the record).
+    pub fn invalidate(&self, name_digest: &NameDigest) {
+        let key = self.key(name_digest);
+        let mut entries = self.entries();
+        if let Some(dropped) = entries.map.remove(&key) {
+            entries.bytes -= size(&dropped.record);
+        }
     }
 }
 
 impl Entries {
-    fn remove(&mut self, key: &NameDigest) {
-        if let Some((record, _, _)) = self.map.remove(key) {
-            self.bytes -= size(&record);
+    /// Takes the oldest name off the queue, and its entry out of the map unless a later insert
+    /// replaced it; false when the queue is empty.
+    fn push_out_oldest(&mut self) -> bool {
+        let Some((number, oldest)) = self.order.pop_front() else {
+            return false;
+        };
+        if let Entry::Occupied(slot) = self.map.entry(oldest) {
+            if slot.get().number == number {
+                let dropped = slot.remove();
+                self.bytes -= size(&dropped.record);
+            }
         }
+        true
     }
 
     /// Drops stale names from `order` once they outnumber the live ones, so it stays bounded.
@@ -132,7 +168,7 @@ impl Entries {
         if self.order.len() > 2 * self.map.len() + 64 {
             let map = &self.map;
             self.order
-                .retain(|(number, key)| map.get(key).is_some_and(|entry| entry.2 == *number));
+                .retain(|(number, key)| map.get(key).is_some_and(|entry| entry.number == *number));
         }
     }
 }
@@ -203,6 +239,37 @@ mod tests {
         cache.invalidate(&name("d"));
         assert!(cache.get(&name("d")).is_none());
         assert!(cache.entries().bytes <= 3 * (1000 + ENTRY_OVERHEAD));
+    }
+
+    #[test]
+    fn a_replaced_copy_is_counted_once_and_leaves_from_its_new_place() {
+        let one = |len: usize| len + ENTRY_OVERHEAD;
+        let cache = ReplayCache::new(3 * one(1000));
+        let minute = Duration::from_secs(60);
+        cache.insert(name("a"), &record(1000), minute, DAY);
+        cache.insert(name("b"), &record(1000), minute, DAY);
+        cache.insert(name("a"), &record(500), minute, DAY);
+        assert_eq!(cache.entries().bytes, one(1000) + one(500));
+        let copy = cache.get(&name("a")).expect("the new copy");
+        assert_eq!(copy.body, StoredBody::Kept(Bytes::from(vec![0; 500])));
+        cache.insert(name("c"), &record(1000), minute, DAY);
+        // Full: "a" is first in the queue but was replaced since, so "b" is the oldest.
+        cache.insert(name("d"), &record(1000), minute, DAY);
+        assert!(cache.get(&name("b")).is_none());
+        for kept in ["a", "c", "d"] {
+            assert!(cache.get(&name(kept)).is_some(), "{kept} is kept");
+        }
+        assert_eq!(cache.entries().bytes, one(500) + 2 * one(1000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stale_copy_found_by_a_lookup_gives_its_bytes_back() {
+        let cache = ReplayCache::new(1 << 20);
+        cache.insert(name("k"), &record(10), Duration::from_secs(1), DAY);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(cache.get(&name("k")).is_none());
+        assert_eq!(cache.entries().bytes, 0);
+        assert!(cache.entries().map.is_empty());
     }
 
     #[test]
