@@ -155,7 +155,9 @@ impl<C: RedisConnection> RedisStore<C> {
     }
 
     fn key(&self, key: &ScopedKey) -> String {
-        format!("{}{}", self.prefix, key.storage_key())
+        // Two calls per request: `concat` sizes the name once, where `format!` ran the
+        // formatting machinery (about 300 instructions each).
+        [self.prefix.as_str(), key.storage_key()].concat()
     }
 
     /// Runs one Redis call under the operation time-out, mapping its failures.
