@@ -1,7 +1,8 @@
 //! Picking the route for a request: longest `path_prefix`, and `host` where a route sets it.
 //!
 //! Each route owns its own stack (idempotency layer over the upstream), built once at start-up,
-//! so the per-request work here is a scan of a short list and a cheap clone of that stack.
+//! so the per-request work here is a scan of a short list; the stack is called in place, not
+//! cloned.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -71,7 +72,7 @@ impl Service<Request<Incoming>> for Router {
 
     fn call(&mut self, request: Request<Incoming>) -> RouterFuture {
         match self.select(&request) {
-            Some(route) => RouterFuture::Routed(route.service.clone().call(request)),
+            Some(route) => RouterFuture::Routed(route.service.serve(request)),
             None => RouterFuture::answered(ProxyError::NoRoute.into_response()),
         }
     }

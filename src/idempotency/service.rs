@@ -54,6 +54,25 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        self.serve(request)
+    }
+}
+
+impl<S> IdempotencyService<S> {
+    /// What `call` does, through a shared reference: a caller that holds the service in a
+    /// shared list (the proxy's router) need not clone it first. A clone and its drop write
+    /// each shared count the service holds, counts every worker thread writes, so each write
+    /// moves a cache line between cores.
+    pub(crate) fn serve<ReqBody, ResBody>(&self, request: Request<ReqBody>) -> ResponseFuture
+    where
+        S: Service<Request<Body>, Response = Response<ResBody>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<BoxError> + Send + 'static,
+        ReqBody: HttpBody<Data = Bytes> + Send + 'static,
+        ReqBody::Error: Into<BoxError>,
+        ResBody: HttpBody<Data = Bytes> + Send + 'static,
+        ResBody::Error: Into<BoxError>,
+    {
         let answer = flow::handle(self.ctx.clone(), self.inner.clone(), request.map(Body::new));
         ResponseFuture(Box::pin(answer))
     }
