@@ -5,6 +5,10 @@ callgrind, user space only), system calls and context switches (perf), per reque
 Counts do not depend on what else the machine is doing, so two builds can be compared on a busy
 machine where req/s and CPU time are noise. They leave out the kernel's time in those system
 calls, and cache misses: `run.sh` stays the measure of speed; this says where a change went.
+Valgrind does not offer the CPU's SHA extensions, so the keyed cases count a software SHA-256
+(about 17,000 instructions per request) where the real CPU runs its SHA instructions; and a
+write to memory another core wrote last (a shared count, a lock) counts as one instruction,
+however long it takes.
 
     benches/load/cost.py [--requests N] [--connections C] CASE LABEL=BINARY [LABEL=BINARY ...]
 
