@@ -118,6 +118,17 @@ impl ProblemLayer {
     }
 }
 
+impl ProblemLayer {
+    /// `answer`, its problem rendered when it is ready: what a [`ProblemService`] does to its
+    /// inner service's answers, for a caller that has the answer's future in hand.
+    pub(crate) fn render<F>(&self, answer: F) -> Rendered<F> {
+        Rendered {
+            inner: answer,
+            base: self.base.clone(),
+        }
+    }
+}
+
 impl<S> Layer<S> for ProblemLayer {
     type Service = ProblemService<S>;
 

@@ -71,6 +71,14 @@ impl Service<Request<Incoming>> for Router {
     }
 
     fn call(&mut self, request: Request<Incoming>) -> RouterFuture {
+        self.route(request)
+    }
+}
+
+impl Router {
+    /// What `call` does, through a shared reference, so the server routes with the app in
+    /// force without cloning its router per request.
+    pub(crate) fn route(&self, request: Request<Incoming>) -> RouterFuture {
         match self.select(&request) {
             Some(route) => RouterFuture::Routed(route.service.serve(request)),
             None => RouterFuture::answered(ProxyError::NoRoute.into_response()),

@@ -5,7 +5,7 @@
 //! Each connection's requests go through, outermost first:
 //! - [`ProblemLayer`](crate::ProblemLayer), so every answer the proxy makes itself, wherever below it is made, is
 //!   rendered once, with the configured problem base;
-//! - the connection's own guard ([`PerConnection`]): it tags each request with the client's
+//! - the connection's own guard (`Peer::serve`): it tags each request with the client's
 //!   address (and whether it came over TLS) and refuses an ambiguously framed one before
 //!   anything routes or reads it;
 //! - the [`Router`], which hands the request to its route's stack.
@@ -25,7 +25,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -39,7 +38,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tower::{Layer, Service};
 
 use crate::config::Limits;
 use crate::error::ProxyError;
@@ -317,25 +315,15 @@ fn connection_service(
        + 'static {
     hyper::service::service_fn(move |request: Request<Incoming>| {
         let stream = streams.as_ref().map(OpenStreams::open);
+        // The app is borrowed, not cloned: every count a clone writes is one the other worker
+        // threads write too, and moving its cache line between cores is the costly part.
         let app = live.load();
-        let guard = PerConnection {
-            router: app.router.clone(),
-            peer: peer.clone(),
-        };
-        let answer = app.problems.layer(guard).call(request);
+        let answer = app.problems.render(peer.serve(&app.router, request));
         async move {
             let response = answer.await?;
             Ok(response.map(|body| CountedBody::new(body, stream)))
         }
     })
-}
-
-/// What serves one connection's requests below the problem renderer: tags each with the
-/// client's address, refuses those whose framing is ambiguous, and routes the rest.
-#[derive(Clone)]
-pub(crate) struct PerConnection {
-    router: Router,
-    peer: Peer,
 }
 
 /// Who is at the other end of a connection, and what its bytes showed: what its requests share.
@@ -347,28 +335,21 @@ struct Peer {
     tls: bool,
 }
 
-impl Service<Request<Incoming>> for PerConnection {
-    type Response = Response<Body>;
-    type Error = Infallible;
-    type Future = RouterFuture;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut request: Request<Incoming>) -> RouterFuture {
-        let peer = &self.peer;
-        request.extensions_mut().insert(peer.client.clone());
-        if peer.tls {
+impl Peer {
+    /// The connection's own guard, below the problem renderer: tags a request with the client's
+    /// address, refuses one whose framing is ambiguous, and routes the rest.
+    fn serve(&self, router: &Router, mut request: Request<Incoming>) -> RouterFuture {
+        request.extensions_mut().insert(self.client.clone());
+        if self.tls {
             request.extensions_mut().insert(ClientTls);
         }
-        let refusal = peer
+        let refusal = self
             .verdicts
             .next_request()
             .or_else(|| framing::check_headers(request.headers()).err());
         match refusal {
-            Some(reason) => RouterFuture::answered(refuse(reason, request.version(), peer.addr)),
-            None => self.router.call(request),
+            Some(reason) => RouterFuture::answered(refuse(reason, request.version(), self.addr)),
+            None => router.route(request),
         }
     }
 }
