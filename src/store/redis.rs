@@ -155,8 +155,8 @@ impl<C: RedisConnection> RedisStore<C> {
     }
 
     fn key(&self, key: &ScopedKey) -> String {
-        // Two calls per request: `concat` sizes the name once, where `format!` ran the
-        // formatting machinery (about 300 instructions each).
+        // Two calls per request: `concat` sizes the name and copies both parts, where
+        // `format!` ran the formatting machinery for it.
         [self.prefix.as_str(), key.storage_key()].concat()
     }
 
