@@ -5,6 +5,7 @@
 //! drop records, which re-opens a key to a second execution. What it reads of the config (the
 //! routes' policies, the token, the problem base) is the running config's, replaced by a reload.
 
+mod histograms;
 mod inbox;
 mod keys;
 mod page;
@@ -22,7 +23,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Json;
-use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 
 use crate::config::ConfigError;
@@ -33,6 +33,7 @@ use crate::secret::Secret;
 use crate::status::Status;
 use crate::store::Store;
 
+use histograms::MetricsHandle;
 pub(crate) use recorder::metrics_handle;
 
 /// What the admin endpoints reach into, from the running config: the store (with the replay
@@ -55,7 +56,7 @@ pub(crate) trait Reload: Send + Sync {
 struct AdminState {
     view: Arc<ArcSwap<AdminView>>,
     reload: Arc<dyn Reload>,
-    metrics: PrometheusHandle,
+    metrics: MetricsHandle,
     status: Arc<Status>,
 }
 

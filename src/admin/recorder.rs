@@ -1,24 +1,27 @@
-//! The process-wide Prometheus recorder behind `/metrics`.
+//! The process-wide Prometheus recorder behind `/metrics`, its histograms batched per thread
+//! (`histograms.rs`).
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+
+use super::histograms::{BatchingRecorder, MetricsHandle};
 
 /// The process-wide Prometheus recorder, installed on first use.
-pub(crate) fn metrics_handle() -> PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+pub(crate) fn metrics_handle() -> MetricsHandle {
+    static HANDLE: OnceLock<MetricsHandle> = OnceLock::new();
     HANDLE.get_or_init(install_recorder).clone()
 }
 
-fn install_recorder() -> PrometheusHandle {
+fn install_recorder() -> MetricsHandle {
     const BUCKETS: &[f64] = &[
         0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     ];
     let builder = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
         .expect("bucket list is not empty");
-    let recorder = builder.build_recorder();
+    let recorder = BatchingRecorder::new(builder.build_recorder());
     let handle = recorder.handle();
     // Another recorder may already be installed by an embedding application; then we only render.
     let _ = metrics::set_global_recorder(recorder);
