@@ -32,6 +32,7 @@ mod server;
 mod status;
 pub mod store;
 mod telemetry;
+mod thread_slot;
 mod tls;
 pub mod units;
 mod upstream;

@@ -11,13 +11,14 @@
 //! layer gets its recorder's histograms, unbatched.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use metrics::{
     Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit,
 };
 use metrics_exporter_prometheus::{PrometheusHandle, PrometheusRecorder};
+
+use crate::thread_slot::slot_of_this_thread;
 
 /// Samples a thread keeps before handing them over.
 const BATCH: usize = 64;
@@ -158,7 +159,7 @@ impl Batched {
 
 impl HistogramFn for Batched {
     fn record(&self, value: f64) {
-        let mut buffer = self.slots[slot_of_this_thread()].lock();
+        let mut buffer = self.slots[slot_of_this_thread(SLOTS)].lock();
         buffer.push(value);
         if buffer.len() >= BATCH {
             let full = std::mem::replace(&mut *buffer, Vec::with_capacity(BATCH));
@@ -166,15 +167,6 @@ impl HistogramFn for Batched {
             self.hand_over(full);
         }
     }
-}
-
-/// This thread's buffer in every histogram, picked once per thread.
-fn slot_of_this_thread() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SLOTS;
-    }
-    SLOT.with(|slot| *slot)
 }
 
 #[cfg(test)]

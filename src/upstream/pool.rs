@@ -26,6 +26,7 @@ use hyper_util::rt::TokioIo;
 
 use super::transport::{self, Address, CloseCheck, UpstreamIo};
 use crate::error::BoxError;
+use crate::thread_slot::slot_of_this_thread;
 
 /// How a route keeps connections to its upstream (`upstream_idle_timeout`, SPEC section 14).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,14 +172,9 @@ const JUST_USED: Duration = Duration::from_millis(10);
 /// How many idle lists a pool keeps; threads beyond this many share them.
 const LISTS: usize = 8;
 
-/// This thread's idle list in every pool, picked once per thread.
+/// This thread's idle list in every pool.
 fn list_of_this_thread() -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static LIST: usize = NEXT.fetch_add(1, Ordering::Relaxed) % LISTS;
-    }
-    LIST.with(|list| *list)
+    slot_of_this_thread(LISTS)
 }
 
 #[derive(Default)]
