@@ -13,7 +13,7 @@ use http::{Request, Response};
 use http_body::Body as HttpBody;
 use tower::Service;
 
-use super::context::Context;
+use super::context::{AnswerBody, Context, Inner};
 use super::flow;
 use crate::error::BoxError;
 
@@ -65,13 +65,9 @@ impl<S> IdempotencyService<S> {
     /// moves a cache line between cores.
     pub(crate) fn serve<ReqBody, ResBody>(&self, request: Request<ReqBody>) -> ResponseFuture
     where
-        S: Service<Request<Body>, Response = Response<ResBody>> + Clone + Send + 'static,
-        S::Future: Send + 'static,
-        S::Error: Into<BoxError> + Send + 'static,
-        ReqBody: HttpBody<Data = Bytes> + Send + 'static,
-        ReqBody::Error: Into<BoxError>,
-        ResBody: HttpBody<Data = Bytes> + Send + 'static,
-        ResBody::Error: Into<BoxError>,
+        S: Inner<ResBody> + Clone,
+        ReqBody: HttpBody<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
+        ResBody: AnswerBody,
     {
         let answer = flow::handle(self.ctx.clone(), self.inner.clone(), request.map(Body::new));
         ResponseFuture(Box::pin(answer))
