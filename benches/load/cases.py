@@ -1,8 +1,8 @@
 """The cases the benchmark measures, as data: what serves, what load it gets, what it must meet.
 
 Adding a case is one `Case(...)` line in `all_cases`: a name (what `BENCH_CASES` selects), a
-label for the table, the server (`Upstream()`, `Nginx(template)` or `Proxy(store, args,
-config)`), the load (`Load(mode, script, path, headers)`), its goals, and the case its ratios
+label for the table, the server (`Upstream()`, `Nginx(template)`, `Bare()` or `Proxy(store,
+args, config)`), the load (`Load(mode, script, path, headers)`), its goals, and the case its ratios
 are taken against (nginx pass-through unless it says otherwise: a case behind TLS would name an
 nginx case terminating TLS with a config template of its own). A case may also name a case it
 is compared with (`versus`): the median of its per-round req/s and CPU ratios to that case is
@@ -13,7 +13,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
-from servers import Nginx, Proxy, Upstream
+from servers import Bare, Nginx, Proxy, Upstream
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,8 @@ def all_cases(redis_url):
     return [
         Case("upstream", "upstream direct", Upstream()),
         Case("nginx", "nginx pass-through", Nginx()),
+        # What hyper and tokio cost for forwarding alone: the floor under ours-plain.
+        Case("bare", "bare hyper proxy (the floor)", Bare()),
         Case("ours-plain", "ours pass-through (no key)", Proxy(memory), PLAIN,
              (throughput(0.9),)),
         Case("ours-keyed-memory", "ours keyed first, memory", Proxy(memory), KEYED,

@@ -58,6 +58,7 @@ def proxy_binaries(settings):
         if not os.access(path, os.X_OK):
             raise RuntimeError(f"no proxy binary at {path} (build {build}): "
                                "run cargo build --release")
+    builds["bare"] = settings.bare_bin  # checked when its case starts: a missing one is skipped
     return builds
 
 

@@ -11,6 +11,7 @@
 #   BENCH_CASES=ours-keyed-memory,...  (a subset; nginx pass-through always runs)
 #   BENCH_PROXY_BIN=path  (default target/release/idempotency-proxy)
 #   BENCH_PROXY_BIN_B=path  (a second build: every case of ours also runs as "<case> (B)")
+#   BENCH_BARE_BIN=path  (the floor, bare_proxy.rs; default target/release/examples/bare-proxy)
 #   BENCH_CHART=benches/load/results/chart.svg  (results.json is written next to it)
 set -euo pipefail
 
@@ -30,6 +31,11 @@ export PATH="$PATH:/usr/sbin"
 if [ -z "${BENCH_PROXY_BIN:-}" ]; then
     echo "[bench] cargo build --release" >&2
     (cd "$root" && cargo build --release --quiet)
+fi
+
+if [ -z "${BENCH_BARE_BIN:-}" ]; then
+    echo "[bench] cargo build --release --example bare-proxy" >&2
+    (cd "$root" && cargo build --release --quiet --example bare-proxy)
 fi
 
 exec python3 -B "$here/driver.py" "$@"

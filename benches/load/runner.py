@@ -32,6 +32,7 @@ class Settings:
     redis_url: str
     proxy_bin: str
     proxy_bin_b: str  # empty: compare no second build
+    bare_bin: str  # the floor, benches/load/bare_proxy.rs
     only: tuple  # case names, empty for all
 
     @classmethod
@@ -48,6 +49,8 @@ class Settings:
             proxy_bin=env("BENCH_PROXY_BIN",
                           os.path.join(ROOT, "target", "release", "idempotency-proxy")),
             proxy_bin_b=env("BENCH_PROXY_BIN_B", ""),
+            bare_bin=env("BENCH_BARE_BIN",
+                         os.path.join(ROOT, "target", "release", "examples", "bare-proxy")),
             only=tuple(c for c in env("BENCH_CASES", "").split(",") if c),
         )
 

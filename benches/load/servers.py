@@ -37,7 +37,8 @@ class Fixtures:
 
     tmp: str
     processes: object  # procs.Processes
-    proxy_bins: dict  # "A" (and "B" when comparing two builds) -> path of a proxy binary
+    # "A" (and "B" when comparing two builds) -> path of a proxy binary; "bare" -> the floor's
+    proxy_bins: dict
     upstream: Optional[Running] = None
     run_id: str = "run"  # this run's id, @RUN@ in templates
 
@@ -114,6 +115,25 @@ class Nginx:
             _remove(os.path.join(fixtures.tmp, f"{name}.access.log"))
 
         return Running(port, with_children(process.pid), None, stop, scheme)
+
+
+@dataclass(frozen=True)
+class Bare:
+    """The floor (bare_proxy.rs): hyper forwarding and nothing else, one upstream connection per
+    client connection, both driven by one task, on as many worker threads as the proxy's."""
+
+    def start(self, fixtures, name):
+        binary = fixtures.proxy_bins.get("bare", "")
+        if not os.access(binary, os.X_OK):
+            raise NotStarted(f"no bare proxy at {binary!r}: "
+                             "cargo build --release --example bare-proxy")
+        port = free_port()
+        argv = [binary, f"127.0.0.1:{port}", f"127.0.0.1:{fixtures.upstream.port}"]
+        process = fixtures.processes.start(argv, subprocess.DEVNULL, subprocess.DEVNULL)
+        if not wait_ready(port, process, "the bare proxy"):
+            fixtures.processes.forget(process)
+            raise NotStarted(f"{binary} did not start: exit status {process.returncode}")
+        return Running(port, [process.pid], process.pid, lambda: fixtures.processes.stop(process))
 
 
 @dataclass(frozen=True)
