@@ -55,6 +55,12 @@ if [ -z "${BENCH_PROXY_BIN:-}" ]; then
     export BENCH_PROXY_BIN="$root/target/profiling/idempotency-proxy"
 fi
 
+if [ "$case_name" = bare ] && [ -z "${BENCH_BARE_BIN:-}" ]; then
+    echo "[flamegraph] cargo build --profile profiling --example bare-proxy" >&2
+    (cd "$root" && cargo build --profile profiling --quiet --example bare-proxy)
+    export BENCH_BARE_BIN="$root/target/profiling/examples/bare-proxy"
+fi
+
 work="$(mktemp -d -t idempotency-proxy-flamegraph-XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 BENCH_DURATION="${BENCH_DURATION:-15}" python3 -B "$here/driver.py" \
