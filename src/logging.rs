@@ -1,6 +1,7 @@
 //! Where log lines go, and in what form: stderr, as text or JSON; `RUST_LOG` narrows or widens
-//! what is logged. Text lines are written by [`text::TextLine`], which spares the per-request
-//! line the general formatter's cost.
+//! what is logged. Text lines are written by [`text::TextLine`], which spares them the general
+//! formatter's cost; the line every request logs ([`RequestLine`]) is written straight from its
+//! fields when the text log is in place, without a tracing event.
 //!
 //! Every request logs one line, so lines are written in batches: a request appends its line to
 //! a shared buffer (a copy under a lock held for that copy), and a thread of its own writes the
@@ -12,7 +13,7 @@
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::Duration;
 
@@ -21,7 +22,10 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
+mod request_line;
 mod text;
+
+pub(crate) use request_line::RequestLine;
 
 /// How long a line may wait in the buffer.
 const FLUSH_EVERY: Duration = Duration::from_millis(50);
@@ -40,12 +44,23 @@ pub(crate) fn init(format: LogFormat) -> Logging {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(colours)
-        .with_writer(lines);
-    let _ = match format {
+        .with_writer(lines.clone());
+    let installed = match format {
         LogFormat::Text => builder.event_format(text::TextLine::default()).try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
+    if installed.is_ok() && format == LogFormat::Text && !colours {
+        let _ = DIRECT.set(lines);
+    }
     logging
+}
+
+/// Where request lines are written without a tracing event: set when the proxy's own text
+/// subscriber, which would write them the same way, is the one in place.
+static DIRECT: OnceLock<Batched> = OnceLock::new();
+
+fn direct_lines() -> Option<&'static Batched> {
+    DIRECT.get()
 }
 
 /// The buffer lines are appended to, shared by every thread and the writer.
@@ -80,8 +95,9 @@ impl Batched {
     }
 }
 
-impl Write for Batched {
-    fn write(&mut self, line: &[u8]) -> io::Result<usize> {
+impl Batched {
+    /// Appends one whole line (or several) for the writer thread.
+    fn append(&self, line: &[u8]) {
         let mut buffer = self
             .shared
             .buffer
@@ -89,7 +105,7 @@ impl Write for Batched {
             .unwrap_or_else(PoisonError::into_inner);
         if buffer.len() >= DROP_AT {
             self.shared.dropped.fetch_add(1, Ordering::Relaxed);
-            return Ok(line.len());
+            return;
         }
         buffer.extend_from_slice(line);
         let full = buffer.len() >= FLUSH_AT;
@@ -97,6 +113,12 @@ impl Write for Batched {
         if full {
             self.writer.unpark();
         }
+    }
+}
+
+impl Write for Batched {
+    fn write(&mut self, line: &[u8]) -> io::Result<usize> {
+        self.append(line);
         Ok(line.len())
     }
 

@@ -11,6 +11,7 @@ use axum::body::Body;
 use http::Response;
 
 use crate::error::{Cause, ProxyError};
+use crate::logging::RequestLine;
 use crate::model::RouteName;
 use crate::outcome::{RequestOutcome, OUTCOMES};
 use crate::status::activity::RouteActivity;
@@ -82,17 +83,16 @@ impl RouteMetrics {
             self.store_unavailable.increment(1);
         }
         let cause = response.extensions().get::<Cause>();
-        tracing::info!(
-            route = self.route.as_str(),
-            outcome = outcome.as_str(),
+        RequestLine {
+            route: self.route.as_str(),
+            outcome: outcome.as_str(),
             status,
-            // In whole microseconds, which the text log writes without the float formatter.
-            latency_ms = elapsed.as_micros() as f64 / 1000.0,
-            key = key_id.unwrap_or("-"),
-            problem = problem.map(ProxyError::problem_type),
-            cause = cause.map(|c| &*c.0),
-            "request"
-        );
+            latency: elapsed,
+            key: key_id.unwrap_or("-"),
+            problem: problem.map(ProxyError::problem_type),
+            cause: cause.map(|c| &*c.0),
+        }
+        .log();
     }
 
     /// Counts a first request as running upstream until the guard is dropped.

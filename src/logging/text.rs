@@ -41,8 +41,7 @@ where
         if writer.has_ansi_escapes() || ctx.event_scope().is_some() {
             return self.general.format_event(ctx, writer, event);
         }
-        let written = LINE.with_borrow_mut(|line| {
-            line.clear();
+        let written = with_line(|line| {
             plain_line(line, SystemTime::now(), event).then(|| writer.write_str(line))
         });
         match written {
@@ -58,6 +57,14 @@ thread_local! {
     static LINE: RefCell<String> = const { RefCell::new(String::new()) };
     /// The last second written, and its `YYYY-MM-DDTHH:MM:SS.`.
     static SECOND: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+}
+
+/// Runs `write` on this thread's line buffer, emptied first.
+pub(super) fn with_line<T>(write: impl FnOnce(&mut String) -> Option<T>) -> Option<T> {
+    LINE.with_borrow_mut(|line| {
+        line.clear();
+        write(line)
+    })
 }
 
 /// Writes the whole line, or returns false if the event needs the general formatter.
@@ -94,7 +101,7 @@ fn level(level: Level) -> &'static str {
 
 /// `2026-11-30T17:04:32.123456Z`, as tracing-subscriber's `SystemTime` writes it; false for a
 /// time before 1970 or past 9999, which it writes differently.
-fn timestamp(line: &mut String, now: SystemTime) -> bool {
+pub(super) fn timestamp(line: &mut String, now: SystemTime) -> bool {
     let Ok(since_epoch) = now.duration_since(UNIX_EPOCH) else {
         return false;
     };
@@ -206,15 +213,8 @@ impl Visit for PlainFields<'_> {
         if field.name() == "message" {
             self.plain = !value.chars().any(escaped_in_messages);
             self.line.push_str(value);
-        } else if value
-            .bytes()
-            .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
-        {
-            self.line.push('"');
-            self.line.push_str(value);
-            self.line.push('"');
         } else {
-            let _ = write!(self.line, "{value:?}");
+            quoted_str(self.line, value);
         }
     }
 
@@ -254,12 +254,27 @@ impl Visit for PlainFields<'_> {
     }
 }
 
+/// Writes a string field's value as `{:?}` does: quoted, and copied whole when nothing in it
+/// needs escaping.
+pub(super) fn quoted_str(line: &mut String, value: &str) {
+    if value
+        .bytes()
+        .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
+    {
+        line.push('"');
+        line.push_str(value);
+        line.push('"');
+    } else {
+        let _ = write!(line, "{value:?}");
+    }
+}
+
 /// Writes `value` as `{:?}` does. A latency is logged in whole microseconds, as the double
 /// nearest `n / 1000`, and the shortest digits that read back to that double are the decimal
 /// `n / 1000` itself (no other string as short lies within its rounding interval): those are
 /// written from the integer, for about a quarter of what the float formatter costs. Any other
 /// value takes `{:?}`.
-fn write_f64(line: &mut String, value: f64) {
+pub(super) fn write_f64(line: &mut String, value: f64) {
     let thousandths = (value * 1000.0).round();
     if !((1.0..1e15).contains(&thousandths) && thousandths / 1000.0 == value) {
         let _ = write!(line, "{value:?}");
