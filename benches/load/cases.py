@@ -104,7 +104,7 @@ def all_cases(redis_url):
         # What hyper and tokio cost for forwarding alone: the floor under ours-plain.
         Case("bare", "bare hyper proxy (the floor)", Bare()),
         Case("ours-plain", "ours pass-through (no key)", Proxy(memory), PLAIN,
-             (throughput(0.9),)),
+             (throughput(0.9),), versus="bare"),
         Case("ours-keyed-memory", "ours keyed first, memory", Proxy(memory), KEYED,
              (throughput(0.8), p99(1.5))),
         Case("ours-keyed-redis", "ours keyed first, Redis", Proxy(redis), KEYED,
@@ -137,6 +137,7 @@ def all_cases(redis_url):
 
 def with_build_b(cases):
     """Each case of ours followed by the same case against the second build, named "... (B)"."""
+    ours = {case.name for case in cases if case.is_ours}
     out = []
     for case in cases:
         out.append(case)
@@ -144,7 +145,8 @@ def with_build_b(cases):
             out.append(dataclasses.replace(
                 case, name=f"{case.name} (B)", label=f"{case.label} (B)",
                 server=dataclasses.replace(case.server, build="B"), results=[],
-                versus=f"{case.versus} (B)" if case.versus else "",
+                # A case of ours is compared with its own build's twin; the floor has none.
+                versus=f"{case.versus} (B)" if case.versus in ours else case.versus,
             ))
     return out
 
