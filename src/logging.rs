@@ -13,19 +13,38 @@
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::Duration;
 
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
-use crate::config::LogFormat;
-
 mod request_line;
 mod text;
 
 pub(crate) use request_line::RequestLine;
+
+/// How log lines are written (`--log-format`, `log_format`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
 
 /// How long a line may wait in the buffer.
 const FLUSH_EVERY: Duration = Duration::from_millis(50);
@@ -50,17 +69,9 @@ pub(crate) fn init(format: LogFormat) -> Logging {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
     if installed.is_ok() && format == LogFormat::Text && !colours {
-        let _ = DIRECT.set(lines);
+        request_line::write_directly_to(move |line| lines.append(line));
     }
     logging
-}
-
-/// Where request lines are written without a tracing event: set when the proxy's own text
-/// subscriber, which would write them the same way, is the one in place.
-static DIRECT: OnceLock<Batched> = OnceLock::new();
-
-fn direct_lines() -> Option<&'static Batched> {
-    DIRECT.get()
 }
 
 /// The buffer lines are appended to, shared by every thread and the writer.

@@ -5,10 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::idempotency::Policy;
 use crate::inbox::policy::DeliveryPolicy;
+pub use crate::logging::LogFormat;
 use crate::problem::ProblemBase;
 use crate::secret::Secret;
 use crate::store::{SealingKeys, StoreSpec};
@@ -17,17 +16,6 @@ use crate::units::ByteSize;
 
 /// The listen address when neither the file nor `--listen` names one.
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080);
-
-/// How log lines are written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line, for log collectors.
-    Json,
-}
 
 /// What the command line (or its environment variables) says, each value as typed: these
 /// override the file, and are checked by the same code as the file's values.

@@ -7,14 +7,33 @@
 //! 800 written directly. Anywhere else (the JSON format, colours on a terminal, a subscriber an
 //! embedding application installed) it is logged as the tracing event it always was.
 
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use tracing::Level;
 
-use super::text::{quoted_str, timestamp, write_f64};
+use super::text::{quoted_str, timestamp, with_line, write_f64};
 
 /// The target the request line is logged under, as before it had a writer of its own.
 pub(crate) const TARGET: &str = "idempotency_proxy::telemetry";
+
+/// Where request lines are appended without a tracing event: set when the proxy's own text
+/// subscriber, which would write them the same way, is the one in place.
+static DIRECT: OnceLock<Box<Append>> = OnceLock::new();
+
+/// What takes a whole line for the log writer.
+type Append = dyn Fn(&[u8]) + Send + Sync;
+
+/// From now on, request lines go to `append` as whole lines, not through tracing.
+pub(super) fn write_directly_to(append: impl Fn(&[u8]) + Send + Sync + 'static) {
+    let _ = DIRECT.set(Box::new(append));
+}
+
+/// Whether request lines are written directly.
+#[cfg(test)]
+fn written_directly() -> bool {
+    DIRECT.get().is_some()
+}
 
 /// What one request's line says.
 #[derive(Debug, Clone, Copy)]
@@ -37,11 +56,11 @@ impl RequestLine<'_> {
         if !tracing::enabled!(target: TARGET, Level::INFO) {
             return;
         }
-        match super::direct_lines() {
-            Some(lines) => {
-                let written = super::text::with_line(|line| {
+        match DIRECT.get() {
+            Some(append) => {
+                let written = with_line(|line| {
                     self.write(line, SystemTime::now())
-                        .then(|| lines.append(line.as_bytes()))
+                        .then(|| append(line.as_bytes()))
                 });
                 if written.is_none() {
                     self.event();

@@ -115,7 +115,7 @@ fn the_line_names_the_request_and_its_fields() {
 #[test]
 fn without_the_proxys_own_log_the_line_is_a_tracing_event() {
     // No `logging::init` in this process: `log` hands the line to the subscriber in force.
-    assert!(super::super::direct_lines().is_none());
+    assert!(!written_directly());
     let text = as_event(&lines()[0], true);
     assert!(text.starts_with(" INFO idempotency_proxy::telemetry: request route=\"default\""));
 }
