@@ -2,11 +2,12 @@
 
 Adding a case is one `Case(...)` line in `all_cases`: a name (what `BENCH_CASES` selects), a
 label for the table, the server (`Upstream()`, `Nginx(template)`, `Bare()` or `Proxy(store,
-args, config)`), the load (`Load(mode, script, path, headers)`), its goals, and the case its ratios
-are taken against (nginx pass-through unless it says otherwise: a case behind TLS would name an
-nginx case terminating TLS with a config template of its own). A case may also name a case it
-is compared with (`versus`): the median of its per-round req/s and CPU ratios to that case is
-printed under the tables (an inbox route against proxy mode on the same store).
+args, config)`), the load (`Load(mode, script, path, headers)`), its goals, and the case its
+ratios are taken against (nginx pass-through unless it says otherwise: a case behind TLS would
+name an nginx case terminating TLS with a config template of its own). A case may also name a
+case it is compared with (`versus`): the median of its per-round req/s and CPU ratios to that
+case is printed under the tables (an inbox route against proxy mode on the same store, ours
+pass-through against the bare floor).
 """
 
 import dataclasses
