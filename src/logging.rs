@@ -20,6 +20,8 @@ use std::time::Duration;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
+#[cfg(test)]
+mod captured;
 mod request_line;
 mod text;
 

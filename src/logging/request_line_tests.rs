@@ -1,33 +1,6 @@
-use std::io;
-use std::sync::{Arc, Mutex};
-
-use tracing_subscriber::fmt::MakeWriter;
-
 use super::*;
+use crate::logging::captured::Captured;
 use crate::logging::text::TextLine;
-
-/// Collects what a subscriber writes.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Captured {
-    type Writer = Captured;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
 
 /// What the text log writes for `line`'s tracing event, without its timestamp: through the
 /// general formatter (`general`), or through [`TextLine`].
@@ -42,8 +15,9 @@ fn as_event(line: &RequestLine<'_>, general: bool) -> String {
         let subscriber = builder.event_format(TextLine::default()).finish();
         tracing::subscriber::with_default(subscriber, || line.log());
     }
-    let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
-    text.split_once(' ').unwrap().1.to_owned()
+    let lines = out.lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    format!("{}\n", lines[0])
 }
 
 fn written(line: &RequestLine<'_>) -> String {

@@ -1,46 +1,10 @@
-use std::io;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::time::FormatTime;
-use tracing_subscriber::fmt::MakeWriter;
 
 use super::*;
-
-/// Collects what a subscriber writes.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Captured {
-    type Writer = Captured;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
-impl Captured {
-    /// The lines written, each without its timestamp (the two formatters read the clock at
-    /// different moments).
-    fn lines(&self) -> Vec<String> {
-        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
-        text.lines()
-            .map(|line| line.split_once(' ').unwrap().1.to_owned())
-            .collect()
-    }
-}
+use crate::logging::captured::Captured;
 
 #[derive(Debug)]
 struct Failure;
