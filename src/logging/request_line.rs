@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use tracing::Level;
 
-use super::text::{quoted_str, timestamp, with_line, write_f64};
+use super::text::{line_head, quoted_str, with_line, write_f64};
 
 /// The target the request line is logged under, as before it had a writer of its own.
 const TARGET: &str = "idempotency_proxy::telemetry";
@@ -90,12 +90,10 @@ impl RequestLine<'_> {
     /// Writes the line as the text format writes [`event`](Self::event), or returns false
     /// for a time the text format writes differently.
     fn write(&self, line: &mut String, now: SystemTime) -> bool {
-        if !timestamp(line, now) {
+        if !line_head(line, now, Level::INFO, TARGET) {
             return false;
         }
-        line.push_str("  INFO ");
-        line.push_str(TARGET);
-        line.push_str(": request route=");
+        line.push_str("request route=");
         quoted_str(line, self.route);
         line.push_str(" outcome=");
         quoted_str(line, self.outcome);

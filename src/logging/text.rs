@@ -1,9 +1,12 @@
 //! The text log line, written straight into the line buffer.
 //!
-//! Every request logs a line, and tracing-subscriber's general formatter spends more on it than
-//! the proxy spends forwarding the request's headers: it renders the timestamp field by field
-//! through `fmt`, wraps every part in a style even when colours are off, and escapes each
-//! string character by character. [`TextLine`] writes the same line (byte for byte, which the
+//! tracing-subscriber's general formatter spends more on a line than the proxy spends
+//! forwarding a request's headers: it renders the timestamp field by field through `fmt`, wraps
+//! every part in a style even when colours are off, and escapes each string character by
+//! character. That matters for lines that come per request: the request line, which
+//! `request_line.rs` writes with this file's pieces, and the warnings of requests whose store or
+//! upstream fails, which come as fast as requests do while a fault lasts. [`TextLine`] writes
+//! the same line (byte for byte, which the
 //! tests check against the general formatter) with the timestamp's date and time cached per
 //! second and plain strings copied whole. Anything it does not write the same way (spans,
 //! colours, errors, control characters, events forwarded from the `log` crate) goes to the
@@ -69,15 +72,10 @@ pub(super) fn with_line<T>(write: impl FnOnce(&mut String) -> Option<T>) -> Opti
 
 /// Writes the whole line, or returns false if the event needs the general formatter.
 fn plain_line(line: &mut String, now: SystemTime, event: &Event<'_>) -> bool {
-    if !timestamp(line, now) {
+    let meta = event.metadata();
+    if !line_head(line, now, *meta.level(), meta.target()) {
         return false;
     }
-    let meta = event.metadata();
-    line.push(' ');
-    line.push_str(level(*meta.level()));
-    line.push(' ');
-    line.push_str(meta.target());
-    line.push_str(": ");
     let mut fields = PlainFields {
         line,
         empty: true,
@@ -89,7 +87,21 @@ fn plain_line(line: &mut String, now: SystemTime, event: &Event<'_>) -> bool {
     plain
 }
 
-fn level(level: Level) -> &'static str {
+/// What comes before a line's fields: `2026-11-30T17:04:32.123456Z  INFO target: `; false
+/// for a time the general formatter writes differently.
+pub(super) fn line_head(line: &mut String, now: SystemTime, level: Level, target: &str) -> bool {
+    if !timestamp(line, now) {
+        return false;
+    }
+    line.push(' ');
+    line.push_str(level_text(level));
+    line.push(' ');
+    line.push_str(target);
+    line.push_str(": ");
+    true
+}
+
+fn level_text(level: Level) -> &'static str {
     match level {
         Level::TRACE => "TRACE",
         Level::DEBUG => "DEBUG",
@@ -101,7 +113,7 @@ fn level(level: Level) -> &'static str {
 
 /// `2026-11-30T17:04:32.123456Z`, as tracing-subscriber's `SystemTime` writes it; false for a
 /// time before 1970 or past 9999, which it writes differently.
-pub(super) fn timestamp(line: &mut String, now: SystemTime) -> bool {
+fn timestamp(line: &mut String, now: SystemTime) -> bool {
     let Ok(since_epoch) = now.duration_since(UNIX_EPOCH) else {
         return false;
     };
