@@ -26,7 +26,7 @@ use hyper_util::rt::TokioIo;
 
 use super::transport::{self, Address, CloseCheck, UpstreamIo};
 use crate::error::BoxError;
-use crate::thread_slot::slot_of_this_thread;
+use crate::thread_slot::PerThread;
 
 /// How a route keeps connections to its upstream (`upstream_idle_timeout`, SPEC section 14).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,10 +145,10 @@ fn poll_once<T>(f: impl FnOnce(&mut Context<'_>) -> T) -> T {
 /// A connection's socket belongs to the runtime that opened it; with one runtime per core, a
 /// connection handed to another core's task would be driven, slowly, by a runtime that is not
 /// polling it. So each thread takes connections only from its own list (one list per thread,
-/// up to [`LISTS`]), which also keeps threads off each other's lock.
+/// up to [`LISTS`]), which also keeps threads off each other's lock and cache lines.
 pub(super) struct Pool {
     settings: PoolSettings,
-    idle: Box<[Mutex<IdleList>]>,
+    idle: PerThread<Mutex<IdleList>>,
 }
 
 /// How long a connection may take to finish sending a request body the upstream answered
@@ -172,11 +172,6 @@ const JUST_USED: Duration = Duration::from_millis(10);
 /// How many idle lists a pool keeps; threads beyond this many share them.
 const LISTS: usize = 8;
 
-/// This thread's idle list in every pool.
-fn list_of_this_thread() -> usize {
-    slot_of_this_thread(LISTS)
-}
-
 #[derive(Default)]
 struct IdleList {
     /// Oldest first.
@@ -194,7 +189,7 @@ impl Pool {
     pub(super) fn new(settings: PoolSettings) -> Arc<Self> {
         Arc::new(Self {
             settings,
-            idle: (0..LISTS).map(|_| Mutex::default()).collect(),
+            idle: PerThread::new(LISTS),
         })
     }
 
@@ -219,7 +214,7 @@ impl Pool {
     /// The connection most recently checked in, and how long it has been idle.
     fn pop_newest(&self) -> Option<(PooledConnection, Duration)> {
         let now = Instant::now();
-        let mut list = self.lock(list_of_this_thread());
+        let mut list = self.lock(self.idle.mine_at());
         let newest = list.connections.pop_back()?;
         let idle_for = now.saturating_duration_since(newest.since);
         if idle_for < self.settings.idle_timeout {
@@ -263,7 +258,8 @@ impl Pool {
         if self.settings.max_idle == 0 {
             return;
         }
-        let mut list = self.lock(list_of_this_thread());
+        let mine = self.idle.mine_at();
+        let mut list = self.lock(mine);
         let evicted = (list.connections.len() >= self.settings.max_idle)
             .then(|| list.connections.pop_front());
         list.connections.push_back(Idle {
@@ -274,18 +270,22 @@ impl Pool {
         drop(list);
         drop(evicted);
         if start_sweeping {
-            self.start_sweeper(list_of_this_thread());
+            self.start_sweeper(mine);
         }
     }
 
     /// How many connections are idle here now, expired ones included.
     pub(super) fn idle_count(&self) -> usize {
-        (0..LISTS).map(|n| self.lock(n).connections.len()).sum()
+        self.idle
+            .all()
+            .map(|list| list.lock().map_or(0, |list| list.connections.len()))
+            .sum()
     }
 
     fn lock(&self, list: usize) -> MutexGuard<'_, IdleList> {
         // Nothing panics while the list is held, so a poisoned one is still whole.
-        self.idle[list]
+        self.idle
+            .slot(list)
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
