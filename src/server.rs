@@ -36,7 +36,6 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Limits;
@@ -45,7 +44,7 @@ use crate::framing::{self, FramingGuard, Verdicts};
 use crate::router::{Router, RouterFuture};
 use crate::tls::TlsListener;
 use crate::upstream::{ClientAddr, ClientTls};
-use closing::{Closing, IdleLimit};
+use closing::{Closing, DrainSignal, IdleLimit};
 use head_timer::HeadTimer;
 pub(crate) use live::{App, LiveApp};
 use opening::{opening, Protocol};
@@ -69,7 +68,7 @@ pub(crate) async fn run(
         builder: (limits, builder(&limits)),
         live,
         tls,
-        draining: CancellationToken::new(),
+        draining: DrainSignal::new(),
         connections: TaskTracker::new(),
     };
     tokio::pin!(shutdown);
@@ -101,7 +100,7 @@ struct Serving {
     builder: (Limits, auto::Builder<TokioExecutor>),
     live: Arc<LiveApp>,
     tls: Option<Arc<TlsListener>>,
-    draining: CancellationToken,
+    draining: DrainSignal,
     connections: TaskTracker,
 }
 
@@ -133,7 +132,7 @@ impl Serving {
     /// too (at most the header read time-out): its request may be on its way.
     async fn drain(self, drain_timeout: Duration) {
         tracing::info!("draining open connections");
-        self.draining.cancel();
+        self.draining.start();
         self.connections.close();
         if tokio::time::timeout(drain_timeout, self.connections.wait())
             .await
@@ -185,7 +184,7 @@ struct Connection {
 /// handshake runs here, in the connection's own task, never in the accept loop.
 async fn serve(
     builder: auto::Builder<TokioExecutor>,
-    draining: CancellationToken,
+    draining: DrainSignal,
     stream: TcpStream,
     connection: Connection,
     tls: Option<Arc<TlsListener>>,
@@ -259,7 +258,7 @@ impl Opened {
 /// the TLS stream over it), until it ends or is closed.
 async fn drive<IO>(
     builder: auto::Builder<TokioExecutor>,
-    draining: CancellationToken,
+    draining: DrainSignal,
     connection: Connection,
     io: IO,
     opened: Opened,

@@ -12,6 +12,8 @@
 
 use std::future::{pending, Future};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -19,10 +21,36 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+/// The server's drain: started once by the accept loop, watched by every connection.
+#[derive(Debug, Clone, Default)]
+pub(super) struct DrainSignal {
+    token: CancellationToken,
+    /// Set just before the token is cancelled. A connection checks this on each wake-up: the
+    /// token's own check takes a lock that every connection on every thread shares, and each
+    /// lock moves that lock's cache line between cores.
+    started: Arc<AtomicBool>,
+}
+
+impl DrainSignal {
+    pub(super) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Asks every connection watching to close.
+    pub(super) fn start(&self) {
+        self.started.store(true, Ordering::Release);
+        self.token.cancel();
+    }
+
+    fn started(&self) -> bool {
+        self.started.load(Ordering::Acquire)
+    }
+}
+
 /// What ends a connection besides its client.
 pub(super) struct Closing {
-    /// Cancelled when the server drains.
-    pub draining: CancellationToken,
+    /// Started when the server drains.
+    pub draining: DrainSignal,
     /// For HTTP/2 only.
     pub idle: Option<IdleLimit>,
 }
@@ -92,19 +120,19 @@ pub(super) async fn drive<C: Future>(
 /// `select!` polls every branch each time the connection's task wakes, several times per
 /// request, and the token's own future locks its list of waiters on every poll (about 165
 /// instructions each, 650 per forwarded request). This one hands its task's waker to the token
-/// once, and while it is polled for that same task only checks whether the token was cancelled.
+/// once, and while it is polled for that same task only reads the signal's flag.
 struct Drain {
-    token: CancellationToken,
+    signal: DrainSignal,
     cancelled: Pin<Box<WaitForCancellationFutureOwned>>,
     /// The waker the token will wake, once it has one.
     registered: Option<Waker>,
 }
 
 impl Drain {
-    fn new(token: CancellationToken) -> Self {
+    fn new(signal: DrainSignal) -> Self {
         Self {
-            cancelled: Box::pin(token.clone().cancelled_owned()),
-            token,
+            cancelled: Box::pin(signal.token.clone().cancelled_owned()),
+            signal,
             registered: None,
         }
     }
@@ -117,7 +145,7 @@ impl Future for Drain {
         let this = self.get_mut();
         let known = this.registered.as_ref();
         if known.is_some_and(|waker| waker.will_wake(cx.waker())) {
-            return if this.token.is_cancelled() {
+            return if this.signal.started() {
                 Poll::Ready(())
             } else {
                 Poll::Pending
@@ -197,7 +225,7 @@ mod tests {
     async fn run(
         cooperates: bool,
         streams: &OpenStreams,
-        draining: CancellationToken,
+        draining: DrainSignal,
         http2: bool,
     ) -> (Option<Instant>, Option<()>, Instant) {
         let mut connection = Connection {
@@ -222,7 +250,7 @@ mod tests {
     async fn an_idle_http2_connection_is_asked_to_close_after_the_timeout() {
         let start = Instant::now();
         let streams = OpenStreams::new();
-        let (asked, ended, _) = run(true, &streams, CancellationToken::new(), true).await;
+        let (asked, ended, _) = run(true, &streams, DrainSignal::new(), true).await;
         assert_eq!(asked, Some(start + TIMEOUT));
         assert_eq!(ended, Some(()));
     }
@@ -231,7 +259,7 @@ mod tests {
     async fn a_peer_that_does_not_close_is_dropped_after_the_grace() {
         let start = Instant::now();
         let streams = OpenStreams::new();
-        let (asked, ended, at) = run(false, &streams, CancellationToken::new(), true).await;
+        let (asked, ended, at) = run(false, &streams, DrainSignal::new(), true).await;
         assert_eq!(asked, Some(start + TIMEOUT));
         assert_eq!(ended, None);
         assert_eq!(at, start + TIMEOUT + grace(TIMEOUT));
@@ -246,7 +274,7 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(5)).await;
             drop(request);
         });
-        let (asked, ended, at) = run(false, &streams, CancellationToken::new(), true).await;
+        let (asked, ended, at) = run(false, &streams, DrainSignal::new(), true).await;
         let ended_at = start + Duration::from_secs(5);
         assert_eq!(asked, Some(ended_at + TIMEOUT));
         assert_eq!(ended, None);
@@ -262,8 +290,8 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(3)).await;
             drop(request);
         });
-        let draining = CancellationToken::new();
-        draining.cancel();
+        let draining = DrainSignal::new();
+        draining.start();
         let (asked, ended, at) = run(false, &streams, draining, true).await;
         assert_eq!(asked, Some(start));
         assert_eq!(ended, None);
@@ -273,13 +301,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn http1_is_asked_on_a_drain_only_and_never_dropped() {
         let streams = OpenStreams::new();
-        let never = run(false, &streams, CancellationToken::new(), false);
+        let never = run(false, &streams, DrainSignal::new(), false);
         assert!(tokio::time::timeout(Duration::from_secs(3600), never)
             .await
             .is_err());
         let start = Instant::now();
-        let draining = CancellationToken::new();
-        draining.cancel();
+        let draining = DrainSignal::new();
+        draining.start();
         let (asked, ended, _) = run(true, &streams, draining.clone(), false).await;
         assert_eq!((asked, ended), (Some(start), Some(())));
         let held = run(false, &streams, draining, false);
@@ -290,7 +318,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_drain_is_seen_by_whichever_task_polls_last() {
-        let token = CancellationToken::new();
+        let token = DrainSignal::new();
         let mut drain = Drain::new(token.clone());
         // Polled first for no task at all, then awaited by a task of its own: the token must
         // wake the task, not the first waker.
@@ -298,7 +326,7 @@ mod tests {
         assert!(Pin::new(&mut drain).poll(&mut first).is_pending());
         let watching = tokio::spawn(drain);
         tokio::task::yield_now().await;
-        token.cancel();
+        token.start();
         let seen = tokio::time::timeout(Duration::from_secs(5), watching).await;
         assert!(
             matches!(seen, Ok(Ok(()))),
@@ -308,12 +336,12 @@ mod tests {
 
     #[test]
     fn a_drain_is_seen_on_the_next_poll_by_the_same_task() {
-        let token = CancellationToken::new();
+        let token = DrainSignal::new();
         let mut drain = Drain::new(token.clone());
         let mut cx = Context::from_waker(Waker::noop());
         assert!(Pin::new(&mut drain).poll(&mut cx).is_pending());
         assert!(Pin::new(&mut drain).poll(&mut cx).is_pending());
-        token.cancel();
+        token.start();
         assert!(Pin::new(&mut drain).poll(&mut cx).is_ready());
     }
 
