@@ -5,6 +5,8 @@
 //! drop records, which re-opens a key to a second execution. What it reads of the config (the
 //! routes' policies, the token, the problem base) is the running config's, replaced by a reload.
 
+mod batching;
+mod counts;
 mod histograms;
 mod inbox;
 mod keys;
@@ -33,7 +35,7 @@ use crate::secret::Secret;
 use crate::status::Status;
 use crate::store::Store;
 
-use histograms::MetricsHandle;
+use batching::MetricsHandle;
 pub(crate) use recorder::metrics_handle;
 
 /// What the admin endpoints reach into, from the running config: the store (with the replay

@@ -1,12 +1,12 @@
-//! The process-wide Prometheus recorder behind `/metrics`, its histograms batched per thread
-//! (`histograms.rs`).
+//! The process-wide Prometheus recorder behind `/metrics`, its metrics batched per thread
+//! (`batching.rs`).
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
-use super::histograms::{BatchingRecorder, MetricsHandle};
+use super::batching::{BatchingRecorder, MetricsHandle};
 
 /// The process-wide Prometheus recorder, installed on first use.
 pub(crate) fn metrics_handle() -> MetricsHandle {
