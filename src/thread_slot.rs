@@ -1,6 +1,6 @@
-//! Spreading per-thread state over a fixed number of slots: the upstream pool's idle lists and
-//! the recorder's histogram buffers each keep one per slot, so that worker threads neither
-//! contend for a lock nor share a cache line.
+//! Spreading per-thread state over a fixed number of slots: the upstream pool's idle lists, the
+//! metrics recorder's counts and samples and each route's activity on the status page keep one
+//! per slot, so that worker threads neither contend for a lock nor share a cache line.
 //!
 //! The cache line matters as much as the lock: two slots on one line make each thread's write
 //! take the line from the other core, even though neither ever waits for the other's lock.

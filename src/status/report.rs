@@ -137,9 +137,7 @@ impl Status {
         };
         let mut micros = Vec::new();
         for (_, activity) in routes {
-            activity
-                .store_latency()
-                .recent_micros(now_second, &mut micros);
+            activity.recent_store_micros(now_second, &mut micros);
         }
         micros.sort_unstable();
         let ms = |q| quantile(&micros, q).map(|us| f64::from(us) / 1000.0);
@@ -166,12 +164,9 @@ impl Status {
             .iter()
             .map(|&o| (o.as_str(), activity.total(o)))
             .collect();
-        let per_second = OUTCOMES.iter().map(|&o| {
-            (
-                o.as_str(),
-                activity.per_second().series(now_second, o).to_vec(),
-            )
-        });
+        let per_second = OUTCOMES
+            .iter()
+            .map(|&o| (o.as_str(), activity.series(now_second, o).to_vec()));
         let (forwarded, replayed) = (
             activity.total(RequestOutcome::Forwarded),
             activity.total(RequestOutcome::Replayed),
@@ -210,7 +205,7 @@ fn last_decisions(routes: &[(RouteName, Arc<RouteActivity>)]) -> Vec<DecisionRep
     let mut one_route = Vec::with_capacity(KEPT_DECISIONS);
     for (name, activity) in routes {
         one_route.clear();
-        activity.decisions().copy_into(&mut one_route);
+        activity.copy_decisions(&mut one_route);
         all.extend(one_route.iter().map(|d| (*d, name)));
     }
     all.sort_unstable_by_key(|(d, _)| std::cmp::Reverse(d.at_ms));
