@@ -25,9 +25,27 @@ use super::histograms::BatchedHistogram;
 pub(super) const SLOTS: usize = 8;
 
 /// A metric that holds counts or samples not yet handed to the recorder's own.
-pub(super) trait Batched: Send + Sync + 'static {
+trait Batched: Send + Sync + 'static {
     /// Hands over whatever every thread's slot holds.
     fn flush(&self);
+}
+
+impl Batched for BatchedCounter {
+    fn flush(&self) {
+        BatchedCounter::flush(self);
+    }
+}
+
+impl Batched for BatchedGauge {
+    fn flush(&self) {
+        BatchedGauge::flush(self);
+    }
+}
+
+impl Batched for BatchedHistogram {
+    fn flush(&self) {
+        BatchedHistogram::flush(self);
+    }
 }
 
 /// Every batched metric of one kind, by key: one per key, however often it is registered, so
@@ -152,17 +170,17 @@ impl Recorder for BatchingRecorder {
     }
 
     fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
-        let inner = || BatchedCounter::new(self.inner.register_counter(key, metadata));
+        let inner = || BatchedCounter::new(self.inner.register_counter(key, metadata), SLOTS);
         Counter::from_arc(self.batches.counters.register(key, inner))
     }
 
     fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
-        let inner = || BatchedGauge::new(self.inner.register_gauge(key, metadata));
+        let inner = || BatchedGauge::new(self.inner.register_gauge(key, metadata), SLOTS);
         Gauge::from_arc(self.batches.gauges.register(key, inner))
     }
 
     fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
-        let inner = || BatchedHistogram::new(self.inner.register_histogram(key, metadata));
+        let inner = || BatchedHistogram::new(self.inner.register_histogram(key, metadata), SLOTS);
         Histogram::from_arc(self.batches.histograms.register(key, inner))
     }
 }

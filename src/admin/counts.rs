@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use metrics::{Counter, CounterFn, Gauge, GaugeFn};
 
-use super::batching::{Batched, SLOTS};
 use crate::thread_slot::PerThread;
 
 /// One counter: the recorder's, and a count per thread in front of it.
@@ -19,16 +18,18 @@ pub(super) struct BatchedCounter {
 }
 
 impl BatchedCounter {
-    pub(super) fn new(inner: Counter) -> Self {
+    /// In front of `inner`, with `slots` per-thread slots.
+    pub(super) fn new(inner: Counter, slots: usize) -> Self {
         Self {
             inner,
-            pending: PerThread::new(SLOTS),
+            pending: PerThread::new(slots),
         }
     }
 }
 
-impl Batched for BatchedCounter {
-    fn flush(&self) {
+impl BatchedCounter {
+    /// Hands what every slot holds to the recorder's counter.
+    pub(super) fn flush(&self) {
         let total: u64 = self.pending.all().map(|n| n.swap(0, Relaxed)).sum();
         if total > 0 {
             self.inner.increment(total);
@@ -57,10 +58,11 @@ pub(super) struct BatchedGauge {
 }
 
 impl BatchedGauge {
-    pub(super) fn new(inner: Gauge) -> Self {
+    /// In front of `inner`, with `slots` per-thread slots.
+    pub(super) fn new(inner: Gauge, slots: usize) -> Self {
         Self {
             inner,
-            pending: PerThread::new(SLOTS),
+            pending: PerThread::new(slots),
         }
     }
 
@@ -72,8 +74,9 @@ impl BatchedGauge {
     }
 }
 
-impl Batched for BatchedGauge {
-    fn flush(&self) {
+impl BatchedGauge {
+    /// Hands the change every slot holds to the recorder's gauge.
+    pub(super) fn flush(&self) {
         let change: f64 = self
             .pending
             .all()
@@ -107,7 +110,7 @@ mod tests {
     use metrics::{Key, Recorder};
 
     use super::super::batching::tests::{metadata, recorder};
-    use super::*;
+    use super::super::batching::SLOTS;
 
     fn value(text: &str, name: &str) -> Option<f64> {
         text.lines()

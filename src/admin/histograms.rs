@@ -8,7 +8,6 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use metrics::{Histogram, HistogramFn};
 
-use super::batching::{Batched, SLOTS};
 use crate::thread_slot::PerThread;
 
 /// Samples a thread keeps before handing them over.
@@ -26,10 +25,11 @@ fn lock(buffer: &Mutex<Vec<f64>>) -> MutexGuard<'_, Vec<f64>> {
 }
 
 impl BatchedHistogram {
-    pub(super) fn new(inner: Histogram) -> Self {
+    /// In front of `inner`, with `slots` per-thread buffers.
+    pub(super) fn new(inner: Histogram, slots: usize) -> Self {
         Self {
             inner,
-            buffers: PerThread::new(SLOTS),
+            buffers: PerThread::new(slots),
         }
     }
 
@@ -40,8 +40,9 @@ impl BatchedHistogram {
     }
 }
 
-impl Batched for BatchedHistogram {
-    fn flush(&self) {
+impl BatchedHistogram {
+    /// Hands what every buffer holds to the recorder's histogram.
+    pub(super) fn flush(&self) {
         for buffer in self.buffers.all() {
             self.hand_over(std::mem::take(&mut *lock(buffer)));
         }
@@ -65,7 +66,7 @@ mod tests {
     use metrics::{Key, Recorder};
 
     use super::super::batching::tests::{metadata, recorder};
-    use super::super::batching::BatchingRecorder;
+    use super::super::batching::{BatchingRecorder, SLOTS};
     use super::*;
 
     fn count(text: &str, name: &str) -> u64 {
