@@ -63,8 +63,11 @@ impl Execution {
             held,
             ctx: ctx.clone(),
         };
-        let work = execution.execute(inner, request.into_request());
-        Detachable::new(work, &ctx.tasks).await
+        // The work goes straight into the detachable box: a local holding it, even moved out,
+        // would keep its 1.9 KiB in this future too.
+        let detachable =
+            Detachable::new(execution.execute(inner, request.into_request()), &ctx.tasks);
+        detachable.await
     }
 
     async fn execute<S, B>(
@@ -160,7 +163,8 @@ impl Execution {
             Outcome::Ambiguous => self.ctx.policy.on_ambiguous == AmbiguousPolicy::Keep,
         };
         let request_outcome = if keep {
-            self.held.complete(&self.ctx, self.record(&answer)).await;
+            let completing = self.held.complete(&self.ctx, self.record(&answer));
+            completing.await;
             RequestOutcome::Forwarded
         } else {
             self.held.release(&self.ctx).await;

@@ -49,8 +49,11 @@ where
         Admission::Keyed(request) => {
             let key = request.key.log_id();
             // Boxed: the keyed path's states are most of this future's size, which a request
-            // that is only forwarded would otherwise carry and copy too.
-            let (response, outcome) = Box::pin(deduplicate(&ctx, inner, request)).await;
+            // that is only forwarded would otherwise carry and copy too. Built in a statement
+            // of its own: a temporary in the statement that awaits keeps its place in this
+            // future across the await, even once moved into the box (5 KiB against 2.2).
+            let deduplicated = Box::pin(deduplicate(&ctx, inner, request));
+            let (response, outcome) = deduplicated.await;
             (response, outcome, Some(key))
         }
     };
@@ -82,19 +85,27 @@ where
     S: Inner<B>,
     B: AnswerBody,
 {
+    // The inbox's acknowledgement, the wait for a first request and the store's failure are
+    // boxed: held inline, their states (the acknowledgement's about 1.2 KiB) would be copied
+    // with every keyed request of every route, whichever path it takes.
     if ctx.policy.mode == RouteMode::Inbox {
-        return acknowledge(ctx, inner, request).await;
+        let acknowledging = Box::pin(acknowledge(ctx, inner, request));
+        return acknowledging.await;
     }
     let same_request = |stored: &Fingerprint| request.is_same_as(stored, &ctx.policy);
     let reservation = match reserve(ctx, &request).await {
         Ok(Reservation::InFlight(r)) if same_request(&r.fingerprint) && waits(ctx) => {
-            wait_for_first(ctx, &request).await
+            let waiting = Box::pin(wait_for_first(ctx, &request));
+            waiting.await
         }
         other => other,
     };
     let reservation = match reservation {
         Ok(reservation) => reservation,
-        Err(e) => return store_failed(ctx, inner, request, e).await,
+        Err(e) => {
+            let failing = Box::pin(store_failed(ctx, inner, request, e));
+            return failing.await;
+        }
     };
     match reservation {
         Reservation::Acquired(token) => Execution::run(ctx.clone(), inner, request, token).await,
