@@ -25,9 +25,7 @@ impl BatchedCounter {
             pending: PerThread::new(slots),
         }
     }
-}
 
-impl BatchedCounter {
     /// Hands what every slot holds to the recorder's counter.
     pub(super) fn flush(&self) {
         let total: u64 = self.pending.all().map(|n| n.swap(0, Relaxed)).sum();
@@ -72,9 +70,7 @@ impl BatchedGauge {
             Some((f64::from_bits(bits) + change).to_bits())
         });
     }
-}
 
-impl BatchedGauge {
     /// Hands the change every slot holds to the recorder's gauge.
     pub(super) fn flush(&self) {
         let change: f64 = self

@@ -38,9 +38,7 @@ impl BatchedHistogram {
             self.inner.record(sample);
         }
     }
-}
 
-impl BatchedHistogram {
     /// Hands what every buffer holds to the recorder's histogram.
     pub(super) fn flush(&self) {
         for buffer in self.buffers.all() {

@@ -163,8 +163,7 @@ impl Execution {
             Outcome::Ambiguous => self.ctx.policy.on_ambiguous == AmbiguousPolicy::Keep,
         };
         let request_outcome = if keep {
-            let completing = self.held.complete(&self.ctx, self.record(&answer));
-            completing.await;
+            self.held.complete(&self.ctx, self.record(&answer)).await;
             RequestOutcome::Forwarded
         } else {
             self.held.release(&self.ctx).await;

@@ -318,15 +318,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_drain_is_seen_by_whichever_task_polls_last() {
-        let token = DrainSignal::new();
-        let mut drain = Drain::new(token.clone());
-        // Polled first for no task at all, then awaited by a task of its own: the token must
+        let signal = DrainSignal::new();
+        let mut drain = Drain::new(signal.clone());
+        // Polled first for no task at all, then awaited by a task of its own: the signal must
         // wake the task, not the first waker.
         let mut first = Context::from_waker(Waker::noop());
         assert!(Pin::new(&mut drain).poll(&mut first).is_pending());
         let watching = tokio::spawn(drain);
         tokio::task::yield_now().await;
-        token.start();
+        signal.start();
         let seen = tokio::time::timeout(Duration::from_secs(5), watching).await;
         assert!(
             matches!(seen, Ok(Ok(()))),
@@ -336,12 +336,12 @@ mod tests {
 
     #[test]
     fn a_drain_is_seen_on_the_next_poll_by_the_same_task() {
-        let token = DrainSignal::new();
-        let mut drain = Drain::new(token.clone());
+        let signal = DrainSignal::new();
+        let mut drain = Drain::new(signal.clone());
         let mut cx = Context::from_waker(Waker::noop());
         assert!(Pin::new(&mut drain).poll(&mut cx).is_pending());
         assert!(Pin::new(&mut drain).poll(&mut cx).is_pending());
-        token.start();
+        signal.start();
         assert!(Pin::new(&mut drain).poll(&mut cx).is_ready());
     }
 

@@ -1,9 +1,9 @@
 //! One route's recent activity, written by every request of the route and read by the page.
 //!
 //! Recording is on the request path, so it costs a few relaxed atomic operations and one copy
-//! into a ring under a lock no other route or worker thread shares; it allocates nothing. Activities are kept
-//! by route name for the life of the process, like the metrics registry, so a route rebuilt
-//! under the same name (a reload) carries on counting where it was.
+//! into a ring under a lock no other route or worker thread shares; it allocates nothing.
+//! Activities are kept by route name for the life of the process, like the metrics registry, so
+//! a route rebuilt under the same name (a reload) carries on counting where it was.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};

@@ -278,16 +278,12 @@ impl Pool {
     pub(super) fn idle_count(&self) -> usize {
         self.idle
             .all()
-            .map(|list| list.lock().map_or(0, |list| list.connections.len()))
+            .map(|list| locked(list).connections.len())
             .sum()
     }
 
     fn lock(&self, list: usize) -> MutexGuard<'_, IdleList> {
-        // Nothing panics while the list is held, so a poisoned one is still whole.
-        self.idle
-            .slot(list)
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        locked(self.idle.slot(list))
     }
 
     fn start_sweeper(self: &Arc<Self>, list: usize) {
@@ -320,6 +316,11 @@ impl Pool {
         drop(expired);
         next
     }
+}
+
+fn locked(list: &Mutex<IdleList>) -> MutexGuard<'_, IdleList> {
+    // Nothing panics while the list is held, so a poisoned one is still whole.
+    list.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 async fn sweep_until_empty(pool: Weak<Pool>, list: usize, first_wait: Duration) {
