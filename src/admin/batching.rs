@@ -24,30 +24,6 @@ use super::histograms::BatchedHistogram;
 /// Slots per metric; threads beyond this many share them.
 pub(super) const SLOTS: usize = 8;
 
-/// A metric that holds counts or samples not yet handed to the recorder's own.
-trait Batched: Send + Sync + 'static {
-    /// Hands over whatever every thread's slot holds.
-    fn flush(&self);
-}
-
-impl Batched for BatchedCounter {
-    fn flush(&self) {
-        BatchedCounter::flush(self);
-    }
-}
-
-impl Batched for BatchedGauge {
-    fn flush(&self) {
-        BatchedGauge::flush(self);
-    }
-}
-
-impl Batched for BatchedHistogram {
-    fn flush(&self) {
-        BatchedHistogram::flush(self);
-    }
-}
-
 /// Every batched metric of one kind, by key: one per key, however often it is registered, so
 /// that whatever its slots hold is found and handed over at render time.
 #[derive(Debug)]
@@ -65,7 +41,7 @@ impl<T> Default for Batches<T> {
     }
 }
 
-impl<T: Batched> Batches<T> {
+impl<T> Batches<T> {
     fn lock(&self) -> MutexGuard<'_, HashMap<Key, Arc<T>>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -78,10 +54,11 @@ impl<T: Batched> Batches<T> {
             .clone()
     }
 
-    fn flush(&self) {
+    /// Runs `flush` on each metric, outside the lock: a render must not hold up registering.
+    fn flush(&self, flush: impl Fn(&T)) {
         let all: Vec<Arc<T>> = self.lock().values().cloned().collect();
         for metric in all {
-            metric.flush();
+            flush(&metric);
         }
     }
 
@@ -101,9 +78,9 @@ struct AllBatches {
 
 impl AllBatches {
     fn flush(&self) {
-        self.counters.flush();
-        self.gauges.flush();
-        self.histograms.flush();
+        self.counters.flush(BatchedCounter::flush);
+        self.gauges.flush(BatchedGauge::flush);
+        self.histograms.flush(BatchedHistogram::flush);
     }
 }
 

@@ -1,16 +1,14 @@
 //! The text log line, written straight into the line buffer.
 //!
-//! tracing-subscriber's general formatter spends more on a line than the proxy spends
-//! forwarding a request's headers: it renders the timestamp field by field through `fmt`, wraps
-//! every part in a style even when colours are off, and escapes each string character by
-//! character. That matters for lines that come per request: the request line, which
-//! `request_line.rs` writes with this file's pieces, and the warnings of requests whose store or
-//! upstream fails, which come as fast as requests do while a fault lasts. [`TextLine`] writes
-//! the same line (byte for byte, which the
-//! tests check against the general formatter) with the timestamp's date and time cached per
-//! second and plain strings copied whole. Anything it does not write the same way (spans,
-//! colours, errors, control characters, events forwarded from the `log` crate) goes to the
-//! general formatter.
+//! tracing-subscriber's general formatter spends more on a line than the proxy spends forwarding a
+//! request's headers: it renders the timestamp field by field through `fmt`, wraps every part in a
+//! style even when colours are off, and escapes each string character by character. That matters
+//! for lines that come per request: the request line, which `request_line.rs` writes with this
+//! file's pieces, and the warnings of requests whose store or upstream fails, which come as fast as
+//! requests do while a fault lasts. [`TextLine`] writes the same line (byte for byte, which the
+//! tests check against the general formatter) with the timestamp's date and time cached per second
+//! and plain strings copied whole. Anything it does not write the same way (spans, colours, errors,
+//! control characters, events forwarded from the `log` crate) goes to the general formatter.
 
 use std::cell::RefCell;
 use std::fmt::{self, Write};
