@@ -325,7 +325,7 @@ impl<C: RedisConnection> Store for RedisStore<C> {
         record: &CompletedRecord,
         ttl: Duration,
     ) -> Result<Fenced, StoreError> {
-        let encoded = Record::Completed(record.clone()).encode();
+        let encoded = record.encode();
         let ttl = millis(ttl);
         let args: [&[u8]; 2] = [&encoded, ttl.as_bytes()];
         self.fenced(&COMPLETE, key, record.token, &args).await

@@ -49,7 +49,7 @@ impl<C: RedisConnection> Inbox for RedisStore<C> {
             return Ok(Acceptance::Existing(existing));
         }
         let k = self.shard(key.route(), self.inbox.shard_of(key));
-        let ack = Record::Completed(ack.clone()).encode();
+        let ack = ack.encode();
         let (ttl, id, encoded) = (millis(ttl), delivery.id.to_string(), delivery.encode());
         let arrived = unix_millis(delivery.received_at).to_string();
         let attempts = delivery.attempts.to_string();

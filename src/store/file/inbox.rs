@@ -12,7 +12,7 @@ use super::queue::{id_key, split_live, QueueAnswer, QueueOp, INBOX, INBOX_DEAD};
 use super::writer::{Answer, Op};
 use super::{decode, mismatch, read_failed, tables, FileStore};
 use crate::model::{
-    unix_millis, CompletedRecord, Delivery, DeliveryId, InboxQueues, Record, RouteName, ScopedKey,
+    unix_millis, CompletedRecord, Delivery, DeliveryId, InboxQueues, RouteName, ScopedKey,
 };
 use crate::store::answers::{Fenced, StoreError};
 use crate::store::inbox::{Acceptance, Claim, Inbox, Settlement};
@@ -98,7 +98,7 @@ impl Inbox for FileStore {
     ) -> Result<Acceptance, StoreError> {
         let op = Op::Accept {
             key: key.storage_key().to_owned(),
-            value: tables::unstamped(&Record::Completed(ack.clone()).encode()),
+            value: tables::unstamped(&ack.encode()),
             ttl,
             queue: key.route().as_str().to_owned(),
             id: delivery.id,

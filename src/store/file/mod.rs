@@ -236,7 +236,7 @@ impl Store for FileStore {
         record: &CompletedRecord,
         ttl: Duration,
     ) -> Result<Fenced, StoreError> {
-        let value = tables::unstamped(&Record::Completed(record.clone()).encode());
+        let value = tables::unstamped(&record.encode());
         let (key, token) = (key.storage_key().to_owned(), record.token);
         self.fenced(Op::Complete {
             key,

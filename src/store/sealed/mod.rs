@@ -61,7 +61,7 @@ impl<S: Store + ?Sized> SealedStore<S> {
 
     /// Seals `record` for the store name `name`.
     fn seal(&self, name: &str, record: &CompletedRecord) -> Result<CompletedRecord, StoreError> {
-        let plain = Record::Completed(record.clone()).encode();
+        let plain = record.encode();
         Ok(CompletedRecord {
             fingerprint: record.fingerprint,
             token: record.token,
