@@ -49,12 +49,16 @@ struct Entries {
     inserted: u64,
 }
 
-/// A copy of a record, with its freshness and the insertion number `order` names it by.
+/// A copy of a record, with its freshness, the insertion number `order` names it by, and what
+/// it counts against the budget.
 #[derive(Debug)]
 struct Cached {
     record: CompletedRecord,
     fresh_until: Instant,
     number: u64,
+    /// Weighed once, when it comes in: an entry pushed out is the oldest, long out of the CPU's
+    /// caches, and weighing it again would read its header map only to throw it away.
+    bytes: usize,
 }
 
 /// The SHA-256 of a record's store name ([`ScopedKey::name_digest`](crate::model::ScopedKey::name_digest)).
@@ -94,8 +98,7 @@ impl ReplayCache {
                 Some(slot.get().record.clone())
             }
             Entry::Occupied(slot) => {
-                let stale = slot.remove();
-                entries.bytes -= size(&stale.record);
+                entries.bytes -= slot.remove().bytes;
                 None
             }
             Entry::Vacant(_) => None,
@@ -130,9 +133,10 @@ impl ReplayCache {
             record: record.clone(),
             fresh_until,
             number,
+            bytes,
         };
         if let Some(replaced) = entries.map.insert(key, cached) {
-            entries.bytes -= size(&replaced.record);
+            entries.bytes -= replaced.bytes;
         }
         entries.compact();
     }
@@ -142,7 +146,7 @@ impl ReplayCache {
         let key = self.key(name_digest);
         let mut entries = self.entries();
         if let Some(dropped) = entries.map.remove(&key) {
-            entries.bytes -= size(&dropped.record);
+            entries.bytes -= dropped.bytes;
         }
     }
 }
@@ -156,8 +160,7 @@ impl Entries {
         };
         if let Entry::Occupied(slot) = self.map.entry(oldest) {
             if slot.get().number == number {
-                let dropped = slot.remove();
-                self.bytes -= size(&dropped.record);
+                self.bytes -= slot.remove().bytes;
             }
         }
         true
