@@ -7,6 +7,10 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// How many slots per-thread state keeps: one per worker thread on machines of up to this many
+/// cores; threads beyond it share slots.
+pub(crate) const SLOTS: usize = 8;
+
 /// This thread's slot among `count`, the same for every caller: threads are numbered in the
 /// order they first ask, so the first `count` threads each get a slot of their own.
 pub(crate) fn slot_of_this_thread(count: usize) -> usize {
@@ -29,10 +33,10 @@ pub(crate) struct PerThread<T> {
 struct OwnLines<T>(T);
 
 impl<T: Default> PerThread<T> {
-    /// `count` slots, each holding `T::default()`.
-    pub(crate) fn new(count: usize) -> Self {
+    /// [`SLOTS`] slots, each holding `T::default()`.
+    pub(crate) fn new() -> Self {
         Self {
-            slots: (0..count.max(1)).map(|_| OwnLines::default()).collect(),
+            slots: (0..SLOTS).map(|_| OwnLines::default()).collect(),
         }
     }
 }
@@ -76,7 +80,7 @@ mod tests {
 
     #[test]
     fn slots_never_share_a_cache_line() {
-        let slots: PerThread<u8> = PerThread::new(4);
+        let slots: PerThread<u8> = PerThread::new();
         let addresses: Vec<usize> = slots
             .all()
             .map(|s| std::ptr::from_ref(s) as usize)

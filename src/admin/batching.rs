@@ -21,9 +21,6 @@ use metrics_exporter_prometheus::{PrometheusHandle, PrometheusRecorder};
 use super::counts::{BatchedCounter, BatchedGauge};
 use super::histograms::BatchedHistogram;
 
-/// Slots per metric; threads beyond this many share them.
-pub(super) const SLOTS: usize = 8;
-
 /// Every batched metric of one kind, by key: one per key, however often it is registered, so
 /// that whatever its slots hold is found and handed over at render time.
 #[derive(Debug)]
@@ -147,17 +144,17 @@ impl Recorder for BatchingRecorder {
     }
 
     fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
-        let inner = || BatchedCounter::new(self.inner.register_counter(key, metadata), SLOTS);
+        let inner = || BatchedCounter::new(self.inner.register_counter(key, metadata));
         Counter::from_arc(self.batches.counters.register(key, inner))
     }
 
     fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
-        let inner = || BatchedGauge::new(self.inner.register_gauge(key, metadata), SLOTS);
+        let inner = || BatchedGauge::new(self.inner.register_gauge(key, metadata));
         Gauge::from_arc(self.batches.gauges.register(key, inner))
     }
 
     fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
-        let inner = || BatchedHistogram::new(self.inner.register_histogram(key, metadata), SLOTS);
+        let inner = || BatchedHistogram::new(self.inner.register_histogram(key, metadata));
         Histogram::from_arc(self.batches.histograms.register(key, inner))
     }
 }

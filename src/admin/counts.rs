@@ -18,11 +18,11 @@ pub(super) struct BatchedCounter {
 }
 
 impl BatchedCounter {
-    /// In front of `inner`, with `slots` per-thread slots.
-    pub(super) fn new(inner: Counter, slots: usize) -> Self {
+    /// In front of `inner`, with a slot per thread.
+    pub(super) fn new(inner: Counter) -> Self {
         Self {
             inner,
-            pending: PerThread::new(slots),
+            pending: PerThread::new(),
         }
     }
 
@@ -56,11 +56,11 @@ pub(super) struct BatchedGauge {
 }
 
 impl BatchedGauge {
-    /// In front of `inner`, with `slots` per-thread slots.
-    pub(super) fn new(inner: Gauge, slots: usize) -> Self {
+    /// In front of `inner`, with a slot per thread.
+    pub(super) fn new(inner: Gauge) -> Self {
         Self {
             inner,
-            pending: PerThread::new(slots),
+            pending: PerThread::new(),
         }
     }
 
@@ -106,7 +106,7 @@ mod tests {
     use metrics::{Key, Recorder};
 
     use super::super::batching::tests::{metadata, recorder};
-    use super::super::batching::SLOTS;
+    use crate::thread_slot::SLOTS;
 
     fn value(text: &str, name: &str) -> Option<f64> {
         text.lines()

@@ -25,11 +25,11 @@ fn lock(buffer: &Mutex<Vec<f64>>) -> MutexGuard<'_, Vec<f64>> {
 }
 
 impl BatchedHistogram {
-    /// In front of `inner`, with `slots` per-thread buffers.
-    pub(super) fn new(inner: Histogram, slots: usize) -> Self {
+    /// In front of `inner`, with a buffer per thread.
+    pub(super) fn new(inner: Histogram) -> Self {
         Self {
             inner,
-            buffers: PerThread::new(slots),
+            buffers: PerThread::new(),
         }
     }
 
@@ -64,8 +64,9 @@ mod tests {
     use metrics::{Key, Recorder};
 
     use super::super::batching::tests::{metadata, recorder};
-    use super::super::batching::{BatchingRecorder, SLOTS};
+    use super::super::batching::BatchingRecorder;
     use super::*;
+    use crate::thread_slot::SLOTS;
 
     fn count(text: &str, name: &str) -> u64 {
         text.lines()

@@ -36,13 +36,10 @@ struct ThreadActivity {
     store_latency: LatencySamples,
 }
 
-/// Threads with an activity of their own; beyond this many, threads share them.
-const THREADS: usize = 8;
-
 impl Default for RouteActivity {
     fn default() -> Self {
         Self {
-            threads: PerThread::new(THREADS),
+            threads: PerThread::new(),
         }
     }
 }
@@ -116,6 +113,7 @@ impl RouteActivity {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::thread_slot::SLOTS;
 
     #[test]
     fn one_route_name_is_one_activity() {
@@ -150,7 +148,7 @@ mod tests {
     fn requests_finished_on_many_threads_are_all_counted_and_kept() {
         let activity = RouteActivity::default();
         std::thread::scope(|scope| {
-            for _ in 0..2 * THREADS {
+            for _ in 0..2 * SLOTS {
                 scope.spawn(|| {
                     activity.in_flight_moved(2);
                     activity.request_finished(RequestOutcome::Forwarded, 201, None);
@@ -159,7 +157,7 @@ mod tests {
                 });
             }
         });
-        let threads = 2 * THREADS;
+        let threads = 2 * SLOTS;
         assert_eq!(activity.total(RequestOutcome::Forwarded), threads as u64);
         assert_eq!(activity.in_flight(), threads as i64);
         let mut kept = Vec::new();

@@ -145,7 +145,8 @@ fn poll_once<T>(f: impl FnOnce(&mut Context<'_>) -> T) -> T {
 /// A connection's socket belongs to the runtime that opened it; with one runtime per core, a
 /// connection handed to another core's task would be driven, slowly, by a runtime that is not
 /// polling it. So each thread takes connections only from its own list (one list per thread,
-/// up to [`LISTS`]), which also keeps threads off each other's lock and cache lines.
+/// up to [`SLOTS`](crate::thread_slot::SLOTS)), which also keeps threads off each other's lock
+/// and cache lines.
 pub(super) struct Pool {
     settings: PoolSettings,
     idle: PerThread<Mutex<IdleList>>,
@@ -169,9 +170,6 @@ enum Exchange {
 /// still open: no upstream closes a keep-alive connection for idling that soon.
 const JUST_USED: Duration = Duration::from_millis(10);
 
-/// How many idle lists a pool keeps; threads beyond this many share them.
-const LISTS: usize = 8;
-
 #[derive(Default)]
 struct IdleList {
     /// Oldest first.
@@ -189,7 +187,7 @@ impl Pool {
     pub(super) fn new(settings: PoolSettings) -> Arc<Self> {
         Arc::new(Self {
             settings,
-            idle: PerThread::new(LISTS),
+            idle: PerThread::new(),
         })
     }
 
