@@ -182,12 +182,14 @@ async fn sequence(
 ) -> Vec<(String, StatusCode)> {
     let mut statuses = Vec::with_capacity(requests);
     for i in 0..requests {
-        let gap = match i {
-            0 => Duration::ZERO,
-            1 => jitter.gap_below(keep_alive),
-            _ => jitter.gap_around(keep_alive),
-        };
-        tokio::time::sleep(gap).await;
+        if i > 0 {
+            let gap = if i == 1 {
+                jitter.gap_below(keep_alive)
+            } else {
+                jitter.gap_around(keep_alive)
+            };
+            tokio::time::sleep(gap).await;
+        }
         let key = format!("{}-{i}", path.replace('/', "-"));
         let answer = client.post_owned(&path, &key, "{\"amount\":100}").await;
         statuses.push((key, answer.status));
