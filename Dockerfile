@@ -2,7 +2,10 @@
 # Run:   docker run -p 8080:8080 -v idem-data:/data idempotency-proxy --upstream http://host.docker.internal:9000
 FROM rust:1-bookworm AS build
 WORKDIR /src
+# The workspace: the proxy at the top, the core and the stores under crates/. Benches and
+# examples are named in the manifest, so Cargo wants their files to be there too.
 COPY Cargo.toml Cargo.lock ./
+COPY crates ./crates
 COPY src ./src
 COPY benches ./benches
 RUN cargo build --release --locked --bin idempotency-proxy

@@ -10,12 +10,14 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
-use idempotency_proxy::model::jcs::{self, JsonPointer};
-use idempotency_proxy::model::{
+use idempotency_core::model::jcs::{self, JsonPointer};
+use idempotency_core::model::{
     CompletedRecord, FencingToken, Fingerprint, FingerprintBody, IdempotencyKey, Record, RouteName,
     StoredBody,
 };
-use idempotency_proxy::recording::{self, RequestOutcome, RouteActivity, RouteMetrics};
+use idempotency_proxy::recording::{
+    self, RequestOutcome, RouteActivity, RouteMetrics, RouteTelemetry,
+};
 use sha2::{Digest, Sha256};
 
 fn key_parsing(c: &mut Criterion) {
@@ -157,7 +159,7 @@ fn recording(c: &mut Criterion) {
     group.bench_function("status_page", |b| {
         b.iter(|| activity.request_finished(RequestOutcome::Replayed, 201, Some("0a1b2c3d4e5f")));
     });
-    let metrics = RouteMetrics::new(&route);
+    let metrics = RouteMetrics::new(&route, RouteTelemetry::new(&route));
     let response = http::Response::builder()
         .status(StatusCode::CREATED)
         .body(axum::body::Body::empty())

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use http::{HeaderMap, StatusCode};
-use idempotency_proxy::model::{
+use idempotency_core::model::{
     CompletedRecord, Fingerprint, IdempotencyKey, RouteName, ScopedKey, StoredBody,
 };
 use idempotency_proxy::store::{FileStore, MemoryStore, Reservation, Store};

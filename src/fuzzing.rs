@@ -9,9 +9,9 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use crate::config::Overrides;
-use crate::idempotency::extract::key_from_body;
-use crate::model::jcs::{self, JsonPointer};
-use crate::model::{
+use idempotency_core::idempotency::extract::key_from_body;
+use idempotency_core::model::jcs::{self, JsonPointer};
+use idempotency_core::model::{
     CompletedRecord, FencingToken, Fingerprint, IdempotencyKey, InFlightRecord, PartDigests,
     Record, StoredBody, MAX_KEY_LEN,
 };
@@ -134,10 +134,10 @@ fn may_read_files(text: &str) -> bool {
 pub fn record_decode(data: &[u8]) {
     check_record_bytes(data);
     check_delivery_bytes(data);
-    let (expiry, record) = crate::store::file::split_value(data);
+    let (expiry, record) = idempotency_file_store::split_value(data);
     if data.len() >= 8 {
         check_record_bytes(record);
-        assert_eq!(crate::store::file::join_value(expiry, record), data);
+        assert_eq!(idempotency_file_store::join_value(expiry, record), data);
     } else {
         assert_eq!(expiry, 0, "a value too short for an expiry is long expired");
         assert!(record.is_empty());
@@ -158,10 +158,11 @@ fn check_record_bytes(data: &[u8]) {
 /// Stored bytes read as an inbox delivery: whatever decodes encodes to bytes that decode to the
 /// same delivery.
 fn check_delivery_bytes(data: &[u8]) {
-    let Ok(delivery) = crate::model::Delivery::decode(Bytes::copy_from_slice(data)) else {
+    let Ok(delivery) = idempotency_core::model::Delivery::decode(Bytes::copy_from_slice(data))
+    else {
         return;
     };
-    let again = crate::model::Delivery::decode(delivery.encode());
+    let again = idempotency_core::model::Delivery::decode(delivery.encode());
     assert_eq!(
         again.as_ref(),
         Ok(&delivery),
@@ -219,8 +220,11 @@ pub fn record_roundtrip(data: &[u8]) {
         assert!(encoded.starts_with(&r.token.in_flight_prefix()));
     }
     assert_eq!(Record::decode(encoded.clone()).as_ref(), Ok(&record));
-    let value = crate::store::file::join_value(7, &encoded);
-    assert_eq!(crate::store::file::split_value(&value), (7, &encoded[..]));
+    let value = idempotency_file_store::join_value(7, &encoded);
+    assert_eq!(
+        idempotency_file_store::split_value(&value),
+        (7, &encoded[..])
+    );
 }
 
 /// A body and the pointers to ignore in it: the first byte is the length of the pointers, one

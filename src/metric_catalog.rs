@@ -2,9 +2,10 @@
 //! dashboards and alerts under `deploy/` are checked against it (`tests/deploy.rs`), so a
 //! renamed or forgotten metric fails a test instead of leaving a panel empty.
 
-use crate::telemetry::{
-    CONFIG_RELOADS_TOTAL, FAIL_OPEN_TOTAL, IN_FLIGHT, REQUESTS_TOTAL, STORE_SECONDS,
-    STORE_UNAVAILABLE_TOTAL, UPSTREAM_SECONDS,
+use crate::telemetry::CONFIG_RELOADS_TOTAL;
+use idempotency_core::idempotency::metrics::{
+    FAIL_OPEN_TOTAL, IN_FLIGHT, REQUESTS_TOTAL, STORE_SECONDS, STORE_UNAVAILABLE_TOTAL,
+    UPSTREAM_SECONDS,
 };
 
 /// What kind of series a metric is, as Prometheus names it.

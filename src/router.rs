@@ -15,9 +15,9 @@ use http::{header::HOST, Request, Response};
 use hyper::body::Incoming;
 use tower::Service;
 
-use crate::error::ProxyError;
-use crate::idempotency::{IdempotencyService, ResponseFuture};
 use crate::upstream::Upstream;
+use idempotency_core::error::ProxyError;
+use idempotency_core::idempotency::{IdempotencyService, ResponseFuture};
 
 /// The stack a route runs: the idempotency layer in front of the forwarding client.
 pub(crate) type RouteService = IdempotencyService<Upstream>;

@@ -1,136 +1,62 @@
-//! One place that reports what happened to a request: a log line, the request counter and the
-//! status page's record of it.
+//! What the proxy keeps of every request the layer reports: its access log line and the status
+//! page's record of its route.
 //!
-//! Logs carry a short digest of the scoped key, never the key, a secret header or a body:
-//! idempotency keys are often guessable customer data, and a log is read by many people.
+//! The layer counts requests through the `metrics` facade itself; this observer adds what only
+//! the proxy has. Lines carry the scoped key's short digest, never the key, a secret header or
+//! a body: idempotency keys are often guessable customer data, and a log is read by many people.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
-use http::Response;
+use idempotency_core::idempotency::{FinishedRequest, RequestObserver};
+use idempotency_core::model::RouteName;
+use idempotency_core::ProxyError;
 
-use crate::error::{Cause, ProxyError};
 use crate::logging::RequestLine;
-use crate::model::RouteName;
-use crate::outcome::{RequestOutcome, OUTCOMES};
 use crate::status::activity::RouteActivity;
 
-/// The counter of requests by route and outcome (SPEC section 7).
-pub(crate) const REQUESTS_TOTAL: &str = "idempotency_requests_total";
-/// Store operation latency, by operation.
-pub(crate) const STORE_SECONDS: &str = "idempotency_store_operation_seconds";
-/// Upstream latency, by route.
-pub(crate) const UPSTREAM_SECONDS: &str = "idempotency_upstream_seconds";
-/// First requests running upstream right now, by route.
-pub(crate) const IN_FLIGHT: &str = "idempotency_in_flight";
-/// Requests that went upstream without deduplication because the store failed (`fail_open`).
-pub(crate) const FAIL_OPEN_TOTAL: &str = "idempotency_fail_open_total";
-/// Requests answered `503 store-unavailable` (`fail_closed`), by route.
-pub(crate) const STORE_UNAVAILABLE_TOTAL: &str = "idempotency_store_unavailable_total";
 /// Config reloads by `result`: `ok` (applied) or `error` (refused; the running config stays).
 pub(crate) const CONFIG_RELOADS_TOTAL: &str = "idempotency_config_reloads_total";
 
-/// One route's metric handles, registered once when the route is built, so the request path
-/// does no registry look-ups. Build it after installing the metrics recorder.
-#[derive(Debug, Clone)]
-pub struct RouteMetrics {
+/// One route's access lines and status page activity.
+#[derive(Debug)]
+pub struct RouteTelemetry {
     route: RouteName,
-    requests: [metrics::Counter; 7],
-    fail_open: metrics::Counter,
-    store_unavailable: metrics::Counter,
-    in_flight: metrics::Gauge,
-    upstream: metrics::Histogram,
-    reserve: metrics::Histogram,
-    complete: metrics::Histogram,
-    /// What the status page shows of the route.
     activity: Arc<RouteActivity>,
 }
 
-impl RouteMetrics {
-    /// Registers the route's metrics and finds its status page activity.
-    pub fn new(route: &RouteName) -> Self {
-        let name = || route.as_str().to_owned();
-        Self {
+impl RouteTelemetry {
+    /// The observer of `route`, writing into the route's status page activity.
+    pub fn new(route: &RouteName) -> Arc<Self> {
+        let activity = RouteActivity::of(route);
+        Arc::new(Self {
             route: route.clone(),
-            requests: OUTCOMES.map(
-                |o| metrics::counter!(REQUESTS_TOTAL, "route" => name(), "outcome" => o.as_str()),
-            ),
-            fail_open: metrics::counter!(FAIL_OPEN_TOTAL, "route" => name()),
-            store_unavailable: metrics::counter!(STORE_UNAVAILABLE_TOTAL, "route" => name()),
-            in_flight: metrics::gauge!(IN_FLIGHT, "route" => name()),
-            upstream: metrics::histogram!(UPSTREAM_SECONDS, "route" => name()),
-            reserve: metrics::histogram!(STORE_SECONDS, "op" => "reserve"),
-            complete: metrics::histogram!(STORE_SECONDS, "op" => "complete"),
-            activity: RouteActivity::of(route),
-        }
+            activity,
+        })
     }
+}
 
-    /// Logs and counts one finished request. `key_id` is the scoped key's short digest, if
-    /// any; the problem the proxy answered and the cause of a failure are read off the response.
-    pub fn request_finished(
-        &self,
-        outcome: RequestOutcome,
-        response: &Response<Body>,
-        key_id: Option<&str>,
-        elapsed: Duration,
-    ) {
-        self.requests[outcome as usize].increment(1);
-        let status = response.status().as_u16();
-        self.activity.request_finished(outcome, status, key_id);
-        let problem = response.extensions().get::<ProxyError>();
-        if matches!(problem, Some(ProxyError::StoreUnavailable)) {
-            self.store_unavailable.increment(1);
-        }
-        let cause = response.extensions().get::<Cause>();
+impl RequestObserver for RouteTelemetry {
+    fn request_finished(&self, request: &FinishedRequest<'_>) {
+        self.activity
+            .request_finished(request.outcome, request.status, request.key_id);
         RequestLine {
             route: self.route.as_str(),
-            outcome: outcome.as_str(),
-            status,
-            latency: elapsed,
-            key: key_id.unwrap_or("-"),
-            problem: problem.map(ProxyError::problem_type),
-            cause: cause.map(|c| &*c.0),
+            outcome: request.outcome.as_str(),
+            status: request.status,
+            latency: request.elapsed,
+            key: request.key_id.unwrap_or("-"),
+            problem: request.problem.map(ProxyError::problem_type),
+            cause: request.cause.map(|c| &*c.0),
         }
         .log();
     }
 
-    /// Counts a first request as running upstream until the guard is dropped.
-    pub(crate) fn in_flight(&self) -> InFlightGuard<'_> {
-        self.in_flight.increment(1.0);
-        self.activity.in_flight_moved(1);
-        InFlightGuard(self)
+    fn in_flight_moved(&self, by: i64) {
+        self.activity.in_flight_moved(by);
     }
 
-    /// How long the upstream took to answer (headers and the buffered body).
-    pub(crate) fn upstream_call(&self, elapsed: Duration) {
-        self.upstream.record(elapsed.as_secs_f64());
-    }
-
-    /// How long reserving a key in the store took.
-    pub(crate) fn reserved(&self, elapsed: Duration) {
-        self.reserve.record(elapsed.as_secs_f64());
-        self.activity.store_operation(elapsed);
-    }
-
-    /// How long storing an outcome took.
-    pub(crate) fn completed(&self, elapsed: Duration) {
-        self.complete.record(elapsed.as_secs_f64());
-        self.activity.store_operation(elapsed);
-    }
-
-    /// A request forwarded without deduplication because the store failed (`fail_open`).
-    pub(crate) fn failed_open(&self) {
-        self.fail_open.increment(1);
-    }
-}
-
-/// Counts a first request as running upstream until dropped.
-pub(crate) struct InFlightGuard<'a>(&'a RouteMetrics);
-
-impl Drop for InFlightGuard<'_> {
-    fn drop(&mut self) {
-        self.0.in_flight.decrement(1.0);
-        self.0.activity.in_flight_moved(-1);
+    fn store_operation(&self, took: Duration) {
+        self.activity.store_operation(took);
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use common::inbox_upstream::{free_addr, InboxUpstream};
 use common::proxy::TestProxy;
 use common::temp::TempPath;
-use idempotency_proxy::model::{
+use idempotency_core::model::{
     CompletedRecord, FencingToken, Fingerprint, Record, RouteName, ScopedKey,
 };
 use idempotency_proxy::store::{

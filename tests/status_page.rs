@@ -16,7 +16,7 @@ use std::time::Duration;
 use common::client::TestClient;
 use common::proxy::TestProxy;
 use common::upstream::TestUpstream;
-use idempotency_proxy::model::{IdempotencyKey, RouteName, ScopedKey};
+use idempotency_core::model::{IdempotencyKey, RouteName, ScopedKey};
 use idempotency_proxy::store::MemoryStore;
 
 const OUTCOMES: [&str; 7] = [

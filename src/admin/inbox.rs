@@ -14,10 +14,10 @@ use axum::Json;
 use serde_json::json;
 
 use super::{AdminState, AdminView};
-use crate::error::ProxyError;
-use crate::idempotency::policy::RouteMode;
-use crate::model::{Delivery, DeliveryId, InboxQueues, RouteName};
 use crate::store::{Inbox, StoreError};
+use idempotency_core::error::ProxyError;
+use idempotency_core::idempotency::policy::RouteMode;
+use idempotency_core::model::{Delivery, DeliveryId, InboxQueues, RouteName};
 
 /// Dead deliveries listed when `limit` is not given, and the most one page may hold.
 const DEFAULT_PAGE: usize = 100;

@@ -11,9 +11,11 @@ use axum::Json;
 use serde_json::json;
 
 use super::{AdminState, AdminView};
-use crate::error::ProxyError;
-use crate::model::{ClientScope, Fingerprint, IdempotencyKey, Part, Record, ScopedKey, StoredBody};
 use crate::store::{Removal, Removed, StoreError};
+use idempotency_core::error::ProxyError;
+use idempotency_core::model::{
+    ClientScope, Fingerprint, IdempotencyKey, Part, Record, ScopedKey, StoredBody,
+};
 
 /// The header carrying the raw value of a route's `scope_header` (e.g. the client's
 /// `Authorization`), so an operator can address that client's record. A header rather than a

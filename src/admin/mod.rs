@@ -28,12 +28,12 @@ use axum::Json;
 use serde_json::json;
 
 use crate::config::ConfigError;
-use crate::error::ProxyError;
-use crate::idempotency::Policy;
-use crate::problem::ProblemBase;
-use crate::secret::Secret;
 use crate::status::Status;
 use crate::store::Store;
+use idempotency_core::error::ProxyError;
+use idempotency_core::idempotency::Policy;
+use idempotency_core::problem::ProblemBase;
+use idempotency_core::secret::Secret;
 
 use batching::MetricsHandle;
 pub(crate) use recorder::metrics_handle;

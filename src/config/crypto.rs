@@ -9,9 +9,9 @@ use super::error::ConfigError;
 use super::file::VerifyTable;
 use super::source::Source;
 use super::values::duration;
-use crate::idempotency::verify::Verifier;
-use crate::secret::Secret;
 use crate::store::{SealingKey, SealingKeys};
+use idempotency_core::idempotency::verify::Verifier;
+use idempotency_core::secret::Secret;
 
 /// The sealing keys, if `encryption_key` is set; old keys without a current one are refused.
 pub(super) fn encryption(

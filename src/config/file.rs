@@ -8,9 +8,11 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use super::settings::LogFormat;
-use crate::idempotency::policy::{AmbiguousPolicy, ConcurrentPolicy, RouteMode, StoreErrorPolicy};
-use crate::idempotency::verify::Scheme;
-use crate::units::ByteSize;
+use idempotency_core::idempotency::policy::{
+    AmbiguousPolicy, ConcurrentPolicy, RouteMode, StoreErrorPolicy,
+};
+use idempotency_core::idempotency::verify::Scheme;
+use idempotency_core::units::ByteSize;
 
 /// The whole file. Every key is optional: a file may set only routes, or only defaults.
 #[derive(Debug, Default, Deserialize, Serialize)]

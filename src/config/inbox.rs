@@ -4,14 +4,12 @@
 
 use std::num::NonZeroU32;
 
-use http::StatusCode;
-
 use super::error::ConfigError;
 use super::file::{unspanned, PolicyTable};
 use super::source::Source;
 use super::values::{duration, status};
-use crate::idempotency::policy::{Policy, RouteMode};
 use crate::inbox::policy::DeliveryPolicy;
+use idempotency_core::idempotency::policy::{Policy, RouteMode};
 
 /// Sets every inbox key the table names; the others keep their inherited value.
 pub(super) fn apply(
@@ -27,7 +25,7 @@ pub(super) fn apply(
         "inbox_ack_status",
         &table.inbox_ack_status,
         &mut policy.inbox_ack_status,
-        |s| ack_status(*s),
+        |s| status(*s),
     )?;
     src.set(
         "deliver_success",
@@ -93,15 +91,6 @@ fn apply_durations(
         return Err(src.bad(given, key, reason));
     }
     Ok(())
-}
-
-/// An acknowledgement tells the sender its request is taken: only a `2xx` says so.
-fn ack_status(raw: i64) -> Result<StatusCode, String> {
-    let status = status(raw)?;
-    if !status.is_success() {
-        return Err(format!("status {raw} is not a 2xx: senders would retry it"));
-    }
-    Ok(status)
 }
 
 fn positive(raw: i64, max: i64) -> Result<i64, String> {

@@ -7,8 +7,8 @@ use std::time::Duration;
 use http::StatusCode;
 
 use super::*;
-use crate::idempotency::policy::RouteMode;
 use crate::inbox::policy::DeliveryPolicy;
+use idempotency_core::idempotency::policy::RouteMode;
 
 const UPSTREAM: &str = "upstream = \"http://127.0.0.1:9000\"\n";
 

@@ -32,6 +32,7 @@ mod tls_tests;
 
 pub use crate::tls::{ListenerTls, UpstreamTls};
 pub use error::ConfigError;
+pub use print::config_digest;
 pub use settings::{Limits, LogFormat, Overrides, RouteSettings, Settings, DEFAULT_LISTEN};
 
 /// Reads the config file the overrides name (if any) and merges the overrides over it.

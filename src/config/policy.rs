@@ -8,12 +8,13 @@ use super::error::ConfigError;
 use super::file::{FingerprintBodyMode, PolicyTable};
 use super::settings::RouteSettings;
 use super::source::Source;
-use super::values::{duration, header, headers, json_pointer, method, optional_header, status};
-use crate::idempotency::policy::{KeySource, Policy};
+use super::values::{duration, header, headers, method, optional_header, status};
 use crate::inbox::policy::DeliveryPolicy;
-use crate::model::jcs::JsonPointer;
-use crate::model::FingerprintBody;
 use crate::tls::UpstreamTls;
+use idempotency_core::idempotency::policy::{KeySource, Policy, PolicyError};
+use idempotency_core::model::jcs::JsonPointer;
+use idempotency_core::model::FingerprintBody;
+use idempotency_core::units::humane_duration;
 
 /// What a route inherits from `[defaults]` and may override: the idempotency layer's policy,
 /// and how the proxy serves the route.
@@ -47,7 +48,7 @@ pub(super) fn apply(
     // Zero is allowed here: it turns the local replay cache off.
     let cache = &mut inherited.replay_cache_ttl;
     src.set("replay_cache_ttl", &table.replay_cache_ttl, cache, |d| {
-        crate::units::humane_duration::parse(d)
+        idempotency_core::units::humane_duration::parse(d)
     })?;
     let idle = &mut inherited.upstream_idle_timeout;
     src.set(
@@ -58,7 +59,31 @@ pub(super) fn apply(
     )?;
     super::tls::apply(src, &mut inherited.upstream_tls, table)?;
     super::inbox::apply(src, &mut inherited.policy, &mut inherited.delivery, table)?;
-    apply_policy(src, &mut inherited.policy, table)
+    apply_policy(src, &mut inherited.policy, table)?;
+    inherited
+        .policy
+        .validate()
+        .map_err(|refused| refusal(src, table, &refused))
+}
+
+/// A value the policy refused, at the line of the key that set it. A table that did not set
+/// the key inherited a value its `[defaults]` already passed, so a refusal names a key here.
+fn refusal(src: &Source, table: &PolicyTable, refused: &PolicyError) -> ConfigError {
+    let span = match refused.key() {
+        "ttl" => table.ttl.as_ref().map(Spanned::span),
+        "lease" => table.lease.as_ref().map(Spanned::span),
+        "wait_timeout" => table.wait_timeout.as_ref().map(Spanned::span),
+        "upstream_timeout" => table.upstream_timeout.as_ref().map(Spanned::span),
+        "key_body_pointer" => table.key_body_pointer.as_ref().map(Spanned::span),
+        "inbox_ack_status" => table.inbox_ack_status.as_ref().map(Spanned::span),
+        "mode" => table.mode.as_ref().map(Spanned::span),
+        _ => None,
+    };
+    src.at(
+        span.unwrap_or_default(),
+        Some(refused.key()),
+        refused.to_string(),
+    )
 }
 
 fn apply_policy(src: &Source, policy: &mut Policy, table: &PolicyTable) -> Result<(), ConfigError> {
@@ -99,7 +124,7 @@ fn apply_key_source(
         header(h).map(KeySource::Header)
     })?;
     src.set("key_body_pointer", &table.key_body_pointer, source, |p| {
-        json_pointer(p).map(KeySource::BodyPointer)
+        Ok(KeySource::BodyPointer(p.clone()))
     })
 }
 
@@ -175,18 +200,18 @@ fn apply_durations(
     policy: &mut Policy,
     table: &PolicyTable,
 ) -> Result<(), ConfigError> {
-    src.set("ttl", &table.ttl, &mut policy.ttl, |d| duration(d))?;
-    src.set("lease", &table.lease, &mut policy.lease, |d| duration(d))?;
+    // A zero is read here and refused by the policy's own check, in its words.
+    let parse = |d: &String| humane_duration::parse(d);
+    src.set("ttl", &table.ttl, &mut policy.ttl, parse)?;
+    src.set("lease", &table.lease, &mut policy.lease, parse)?;
     src.set(
         "wait_timeout",
         &table.wait_timeout,
         &mut policy.wait_timeout,
-        |d| duration(d),
+        parse,
     )?;
     let upstream = &mut policy.upstream_timeout;
-    src.set("upstream_timeout", &table.upstream_timeout, upstream, |d| {
-        duration(d)
-    })
+    src.set("upstream_timeout", &table.upstream_timeout, upstream, parse)
 }
 
 /// Keys whose every well-typed value is valid: serde has already checked them.

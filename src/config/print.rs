@@ -7,8 +7,9 @@
 
 use super::file::{unspanned, FingerprintBodyMode, PolicyTable, RawFile, RouteHead, RouteTable};
 use super::settings::{RouteSettings, Settings};
-use crate::idempotency::policy::{KeySource, Policy};
-use crate::model::FingerprintBody;
+use idempotency_core::idempotency::policy::{KeySource, Policy};
+use idempotency_core::model::FingerprintBody;
+use sha2::{Digest, Sha256};
 use toml::Spanned;
 
 impl Settings {
@@ -17,6 +18,13 @@ impl Settings {
     pub fn to_toml(&self) -> String {
         to_toml(self)
     }
+}
+
+/// The first 12 hex digits of the SHA-256 of the config as `--check` prints it: two configs
+/// with the same effect have the same digest, whatever their layout or comments.
+pub fn config_digest(settings: &Settings) -> String {
+    let digest = Sha256::digest(settings.to_toml().as_bytes());
+    hex::encode(&digest[..6])
 }
 
 fn to_toml(settings: &Settings) -> String {

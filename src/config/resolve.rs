@@ -20,11 +20,11 @@ use super::settings::{Overrides, RouteSettings, Settings, DEFAULT_LISTEN};
 use super::source::Source;
 use super::values;
 use super::values::{host, path_prefix, socket_addr, upstream_uri};
-use crate::idempotency::Policy;
-use crate::model::RouteName;
-use crate::problem::ProblemBase;
-use crate::secret::Secret;
 use crate::store::StoreSpec;
+use idempotency_core::idempotency::Policy;
+use idempotency_core::model::RouteName;
+use idempotency_core::problem::ProblemBase;
+use idempotency_core::secret::Secret;
 
 /// Where the route named `default` was declared, for the duplicate-name message.
 fn origin(src: &Source, given: &Given) -> String {

@@ -5,14 +5,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::idempotency::Policy;
 use crate::inbox::policy::DeliveryPolicy;
 pub use crate::logging::LogFormat;
-use crate::problem::ProblemBase;
-use crate::secret::Secret;
 use crate::store::{SealingKeys, StoreSpec};
 use crate::tls::{ListenerTls, UpstreamTls};
-use crate::units::ByteSize;
+use idempotency_core::idempotency::Policy;
+use idempotency_core::problem::ProblemBase;
+use idempotency_core::secret::Secret;
+use idempotency_core::units::ByteSize;
 
 /// The listen address when neither the file nor `--listen` names one.
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080);

@@ -6,13 +6,13 @@ use std::time::Duration;
 use http::{HeaderName, Method, StatusCode};
 
 use super::*;
-use crate::idempotency::policy::{AmbiguousPolicy, ConcurrentPolicy, KeySource};
-use crate::idempotency::Policy;
-use crate::model::jcs::JsonPointer;
-use crate::model::{FingerprintBody, RouteName};
-use crate::problem::ProblemBase;
 use crate::store::StoreSpec;
-use crate::units::ByteSize;
+use idempotency_core::idempotency::policy::{AmbiguousPolicy, ConcurrentPolicy, KeySource};
+use idempotency_core::idempotency::Policy;
+use idempotency_core::model::jcs::JsonPointer;
+use idempotency_core::model::{FingerprintBody, RouteName};
+use idempotency_core::problem::ProblemBase;
+use idempotency_core::units::ByteSize;
 
 fn load_text(text: &str) -> Result<Settings, ConfigError> {
     load_str("config.toml", text, &Overrides::default())
@@ -419,4 +419,15 @@ fn workers_default_to_one_per_cpu_and_are_printed() {
     assert_eq!(three.workers, 3);
     assert!(three.to_toml().contains("workers = 3"));
     assert_eq!(settings(&three.to_toml()).workers, 3);
+}
+
+#[test]
+fn a_value_the_policy_refuses_is_refused_in_the_builders_words_at_its_line() {
+    let text = "upstream = \"http://127.0.0.1:9000\"\n[defaults]\nlease = \"0s\"\n";
+    let refused = load_text(text).unwrap_err();
+    let builder = Policy::builder(RouteName::new("default").unwrap())
+        .with_lease(std::time::Duration::ZERO)
+        .build()
+        .unwrap_err();
+    assert_eq!(refused.to_string(), format!("config.toml:3: {builder}"));
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use http::uri::{Authority, PathAndQuery};
 use http::{HeaderName, Method, StatusCode, Uri};
 
-use crate::units::humane_duration;
+use idempotency_core::units::humane_duration;
 
 /// A humane duration; zero is refused, as a zero lease, ttl or timeout would make every
 /// request fail or every record vanish at once.
@@ -50,17 +50,6 @@ pub(super) fn status(raw: i64) -> Result<StatusCode, String> {
         .filter(|s| (100..=599).contains(s))
         .and_then(|s| StatusCode::from_u16(s).ok())
         .ok_or_else(|| format!("status {raw} is outside 100..=599"))
-}
-
-/// An RFC 6901 pointer: empty (the whole body) or starting with `/`.
-pub(super) fn json_pointer(raw: &str) -> Result<String, String> {
-    if raw.is_empty() || raw.starts_with('/') {
-        Ok(raw.to_owned())
-    } else {
-        Err(format!(
-            "invalid JSON pointer {raw:?}: expected \"\" or a path starting with '/', such as \"/id\""
-        ))
-    }
 }
 
 pub(super) fn socket_addr(raw: &str) -> Result<SocketAddr, String> {
@@ -141,13 +130,6 @@ mod tests {
         assert!(status(i64::MAX).is_err() && status(i64::MIN).is_err());
         assert_eq!(duration("1ms").unwrap(), Duration::from_millis(1));
         assert!(duration("0ms").is_err());
-    }
-
-    #[test]
-    fn json_pointers_are_empty_or_rooted() {
-        assert_eq!(json_pointer("").unwrap(), "");
-        assert_eq!(json_pointer("/data/id").unwrap(), "/data/id");
-        assert!(json_pointer("data/id").is_err());
     }
 
     #[test]

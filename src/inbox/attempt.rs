@@ -11,8 +11,8 @@ use http_body_util::{BodyExt, Limited};
 use tower::ServiceExt;
 
 use super::policy::DeliveryPolicy;
-use crate::model::{AttemptFailure, Delivery};
 use crate::upstream::{ClientTls, Upstream};
+use idempotency_core::model::{AttemptFailure, Delivery};
 
 static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 static DELIVERY_ATTEMPT: HeaderName = HeaderName::from_static("delivery-attempt");
@@ -47,7 +47,7 @@ pub(crate) async fn attempt(
         let _ = Limited::new(response.into_body(), DRAINED_BODY)
             .collect()
             .await;
-        Ok::<_, crate::error::BoxError>(status)
+        Ok::<_, idempotency_core::error::BoxError>(status)
     };
     match tokio::time::timeout(policy.deliver_timeout, exchange).await {
         Ok(Ok(status)) if policy.delivered(status) => AttemptResult::Delivered(status),
@@ -102,7 +102,7 @@ mod tests {
     use http::{HeaderMap, Method};
 
     use super::*;
-    use crate::model::{IdempotencyKey, RouteName, ScopedKey, StoredRequest};
+    use idempotency_core::model::{IdempotencyKey, RouteName, ScopedKey, StoredRequest};
 
     #[test]
     fn the_request_is_the_stored_one_with_the_key_and_the_attempt() {

@@ -32,7 +32,7 @@ pub(crate) fn backoff(policy: &DeliveryPolicy, failed: u32, sample: u64) -> Dura
 
 /// A random 64-bit sample: unpredictable across processes, which is all jitter needs.
 pub(crate) fn random_sample() -> u64 {
-    crate::model::FencingToken::generate().as_u64()
+    idempotency_core::model::FencingToken::generate().as_u64()
 }
 
 #[cfg(test)]

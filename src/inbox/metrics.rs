@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::model::{InboxQueues, RouteName};
+use idempotency_core::model::{InboxQueues, RouteName};
 
 const ATTEMPTS_TOTAL: &str = "idempotency_inbox_attempts_total";
 const PENDING: &str = "idempotency_inbox_pending";

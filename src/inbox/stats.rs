@@ -5,9 +5,9 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 
-use crate::model::{InboxQueues, RouteName};
 use crate::status::InboxStats;
 use crate::store::{Store, StoreError};
+use idempotency_core::model::{InboxQueues, RouteName};
 
 /// Reads one route's queues from the store.
 #[derive(Debug)]

@@ -18,7 +18,7 @@ use tokio_util::task::TaskTracker;
 
 use super::metrics::InboxMetrics;
 use super::worker::{RouteInbox, Worker};
-use crate::model::RouteName;
+use idempotency_core::model::RouteName;
 
 /// Every inbox route's worker.
 #[derive(Debug)]

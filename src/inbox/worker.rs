@@ -19,9 +19,9 @@ use super::backoff::{backoff, random_sample};
 use super::metrics::{AttemptOutcome, AttemptReport, InboxMetrics};
 use super::policy::DeliveryPolicy;
 use super::rate::RateWindow;
-use crate::model::{AttemptFailure, Delivery, RouteName};
 use crate::store::{Claim, Fenced, Settlement, Store, StoreError};
 use crate::upstream::Upstream;
+use idempotency_core::model::{AttemptFailure, Delivery, RouteName};
 
 /// How often the store is asked for due deliveries when nothing wakes the worker sooner.
 const POLL: Duration = Duration::from_millis(250);
@@ -215,7 +215,7 @@ mod tests {
     use http::{HeaderMap, Method, StatusCode};
 
     use super::*;
-    use crate::model::{IdempotencyKey, ScopedKey, StoredRequest};
+    use idempotency_core::model::{IdempotencyKey, ScopedKey, StoredRequest};
 
     fn delivery(attempts: u32, age: Duration, now: SystemTime) -> Delivery {
         let key = IdempotencyKey::new("k").unwrap();

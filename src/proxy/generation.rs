@@ -29,14 +29,15 @@ use tower::Layer;
 
 use crate::admin::AdminView;
 use crate::config::{RouteSettings, Settings};
-use crate::idempotency::policy::RouteMode;
-use crate::idempotency::{IdempotencyLayer, InboxHook};
 use crate::inbox::{Inboxes, RouteInbox};
-use crate::problem::ProblemLayer;
 use crate::router::{Route, Router};
 use crate::server::{App, Slots};
 use crate::store::{CachingStore, ReplayCache, SealedStore, Store, StoreSpec};
-use crate::upstream::{PoolSettings, Upstream};
+use crate::telemetry::RouteTelemetry;
+use crate::upstream::{stored_headers, PoolSettings, Upstream};
+use idempotency_core::idempotency::policy::RouteMode;
+use idempotency_core::idempotency::{IdempotencyLayer, InboxHook};
+use idempotency_core::problem::ProblemLayer;
 
 /// The bytes of completed records a proxy keeps in memory for replays.
 const REPLAY_CACHE_BUDGET: usize = 8 * 1024 * 1024;
@@ -89,21 +90,26 @@ pub(super) fn build(settings: &Settings, kept: &Kept) -> Generation {
         };
         let tls = route.upstream_tls.client_config_for_https().cloned();
         let upstream = Upstream::new(route.upstream.clone(), pool, tls);
-        let (policy, tracker) = (route.policy.clone(), kept.executions.clone());
         let cached = cached(settings, &store, &kept.cache, route);
+        let layer = IdempotencyLayer::builder(cached, route.policy.clone())
+            .with_task_tracker(kept.executions.clone())
+            .with_observer(RouteTelemetry::new(&route.policy.route));
         let layer = if route.policy.mode == RouteMode::Inbox {
             inboxes.push(RouteInbox {
-                route: policy.route.clone(),
+                route: route.policy.route.clone(),
                 store: store.clone(),
                 upstream: upstream.clone(),
                 policy: route.delivery.clone(),
-                lease: policy.lease,
+                lease: route.policy.lease,
             });
-            let hook = InboxHook::new(&policy.route, kept.inboxes.wake(&policy.route));
-            IdempotencyLayer::for_inbox(cached, policy, tracker, hook)
+            let wake = kept.inboxes.wake(&route.policy.route);
+            layer.with_inbox(InboxHook::new(&route.policy.route, wake, stored_headers))
         } else {
-            IdempotencyLayer::with_task_tracker(cached, policy, tracker)
+            layer
         };
+        // The config loader validated every policy, and `servable` refused an inbox route on a
+        // store without queues before any generation is built: a refusal here is a bug.
+        let layer = layer.build().expect("a policy the config loader accepted");
         Route {
             path_prefix: route.path_prefix.clone(),
             host: route.host.clone(),

@@ -14,8 +14,8 @@ use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
 use crate::config::Limits;
-use crate::problem::ProblemLayer;
 use crate::router::Router;
+use idempotency_core::problem::ProblemLayer;
 
 /// What the server serves: the routes, how problems are rendered, what a client may cost.
 #[derive(Debug, Clone)]

@@ -13,9 +13,9 @@ use std::time::Duration;
 use super::decisions::{Decision, DecisionRing};
 use super::latency::LatencySamples;
 use super::rates::{SecondCounts, SHOWN_SECONDS};
-use crate::model::{now_millis, RouteName};
-use crate::outcome::{RequestOutcome, OUTCOMES};
 use crate::thread_slot::PerThread;
+use idempotency_core::model::{now_millis, RouteName};
+use idempotency_core::outcome::{RequestOutcome, OUTCOMES};
 
 /// What one route did lately; see the module docs for what recording costs.
 ///

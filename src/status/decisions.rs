@@ -5,7 +5,7 @@
 
 use std::sync::Mutex;
 
-use crate::outcome::RequestOutcome;
+use idempotency_core::outcome::RequestOutcome;
 
 /// How many decisions each route keeps; the page shows this many across all routes.
 pub(crate) const KEPT_DECISIONS: usize = 100;

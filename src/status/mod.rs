@@ -2,7 +2,7 @@
 //! config, and each route's recent activity.
 //!
 //! Requests record into their route's [`activity`](activity::RouteActivity) through the one
-//! call every request already makes (`telemetry::RouteMetrics::request_finished`); the page's
+//! call every request already makes (the route's `telemetry::RouteTelemetry`); the page's
 //! `/status` call reads it all back into a [`report`](report::Report). Nothing kept here holds
 //! a raw key, a body, a header value, a secret or the store's address (which may hold a
 //! password): keys appear as their log ids, the store as its kind.
@@ -18,13 +18,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use sha2::{Digest, Sha256};
 
-use crate::config::Settings;
-pub use crate::model::InboxQueues;
-use crate::model::{now_millis, RouteName};
-use crate::store::{StoreError, StoreSpec};
+use crate::store::StoreError;
 use activity::RouteActivity;
+pub use idempotency_core::model::InboxQueues;
+use idempotency_core::model::{now_millis, RouteName};
 
 /// The running proxy as its status page describes it. A [`Proxy`](crate::Proxy) has one
 /// ([`Proxy::status`](crate::Proxy::status)); whatever applies a new config tells it here, so
@@ -60,33 +58,38 @@ pub trait InboxStats: Send + Sync + std::fmt::Debug + 'static {
     async fn queues(&self) -> Result<InboxQueues, StoreError>;
 }
 
-/// The first 12 hex digits of the SHA-256 of the config as `--check` prints it: two configs
-/// with the same effect have the same digest, whatever their layout or comments.
-pub fn config_digest(settings: &Settings) -> String {
-    let digest = Sha256::digest(settings.to_toml().as_bytes());
-    hex::encode(&digest[..6])
+/// What the page says of a config: the proxy, which reads configs, describes each one it runs
+/// in these terms, so the page never reads a config itself.
+#[derive(Debug, Clone)]
+pub struct ConfigSummary {
+    /// The config's digest, as `POST /reload` answers it.
+    pub digest: String,
+    /// Its routes, in order.
+    pub routes: Vec<RouteName>,
+    /// The store's kind only: its address may carry a password.
+    pub store_kind: &'static str,
 }
 
 impl Status {
-    pub(crate) fn new(settings: &Settings) -> Self {
+    pub(crate) fn new(config: ConfigSummary) -> Self {
         Self {
             started: Instant::now(),
             started_ms: now_millis(),
-            store_kind: store_kind(&settings.store),
+            store_kind: config.store_kind,
             running: Mutex::new(Running {
-                digest: config_digest(settings),
-                routes: routes_of(settings),
+                routes: activities(&config.routes),
+                digest: config.digest,
                 last_reload: None,
             }),
             inboxes: Mutex::default(),
         }
     }
 
-    /// A reload applied `settings`: the page shows their digest and routes from now on.
-    pub fn reload_applied(&self, settings: &Settings) {
+    /// A reload applied a new config: the page shows its digest and routes from now on.
+    pub fn reload_applied(&self, config: ConfigSummary) {
         let mut running = self.running();
-        running.digest = config_digest(settings);
-        running.routes = routes_of(settings);
+        running.routes = activities(&config.routes);
+        running.digest = config.digest;
         running.last_reload = Some(Reload {
             at_ms: now_millis(),
             applied: true,
@@ -116,7 +119,7 @@ impl Status {
             .clear();
     }
 
-    /// The digest of the config that is running ([`config_digest`]).
+    /// The digest of the config that is running.
     pub fn running_digest(&self) -> String {
         self.running().digest.clone()
     }
@@ -131,14 +134,11 @@ impl Status {
     }
 }
 
-fn routes_of(settings: &Settings) -> Vec<(RouteName, Arc<RouteActivity>)> {
-    let names = settings.routes.iter().map(|r| &r.policy.route);
-    names.map(|n| (n.clone(), RouteActivity::of(n))).collect()
-}
-
-/// The store's kind only: its address may carry a password.
-fn store_kind(spec: &StoreSpec) -> &'static str {
-    spec.kind()
+fn activities(routes: &[RouteName]) -> Vec<(RouteName, Arc<RouteActivity>)> {
+    routes
+        .iter()
+        .map(|n| (n.clone(), RouteActivity::of(n)))
+        .collect()
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::outcome::{RequestOutcome, OUTCOMES};
+use idempotency_core::outcome::{RequestOutcome, OUTCOMES};
 
 /// The seconds the page plots.
 pub(crate) const SHOWN_SECONDS: usize = 60;

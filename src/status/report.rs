@@ -11,9 +11,9 @@ use super::activity::RouteActivity;
 use super::decisions::{Decision, KEPT_DECISIONS};
 use super::latency::{quantile, LATENCY_WINDOW};
 use super::{InboxQueues, Reload, Status};
-use crate::model::{now_millis, RouteName};
-use crate::outcome::{RequestOutcome, OUTCOMES};
 use crate::store::Store;
+use idempotency_core::model::{now_millis, RouteName};
+use idempotency_core::outcome::{RequestOutcome, OUTCOMES};
 
 /// How long the page waits for the store's ping or an inbox's queues before calling it down.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);

@@ -6,9 +6,10 @@ use async_trait::async_trait;
 
 use super::{InboxQueues, InboxStats, Status};
 use crate::config::{load_str, Overrides, Settings};
-use crate::model::RouteName;
-use crate::outcome::RequestOutcome;
+use crate::proxy::summary;
 use crate::store::{MemoryStore, StoreError};
+use idempotency_core::model::RouteName;
+use idempotency_core::outcome::RequestOutcome;
 
 fn settings(toml: &str) -> Settings {
     load_str("status.toml", toml, &Overrides::default()).unwrap()
@@ -33,7 +34,7 @@ async fn report_json(status: &Status) -> serde_json::Value {
 
 #[tokio::test]
 async fn names_the_store_by_kind_only() {
-    let json = report_json(&Status::new(&settings(TWO_ROUTES))).await;
+    let json = report_json(&Status::new(summary(&settings(TWO_ROUTES)))).await;
     assert_eq!(json["store"]["kind"], "redis");
     assert_eq!(json["store"]["health"], "ok");
     let text = json.to_string();
@@ -46,17 +47,26 @@ async fn names_the_store_by_kind_only() {
 #[tokio::test]
 async fn shows_the_running_digest_and_the_last_reload() {
     let first = settings(TWO_ROUTES);
-    let status = Status::new(&first);
+    let status = Status::new(summary(&first));
     let json = report_json(&status).await;
-    assert_eq!(json["config"]["digest"], super::config_digest(&first));
+    assert_eq!(
+        json["config"]["digest"],
+        crate::config::config_digest(&first)
+    );
     assert_eq!(json["config"]["digest"].as_str().unwrap().len(), 12);
     assert!(json["config"]["last_reload"].is_null(), "never reloaded");
 
     let one_route = settings(&TWO_ROUTES.replace("status-hooks", "status-webhooks"));
-    status.reload_applied(&one_route);
+    status.reload_applied(summary(&one_route));
     let json = report_json(&status).await;
-    assert_eq!(json["config"]["digest"], super::config_digest(&one_route));
-    assert_ne!(json["config"]["digest"], super::config_digest(&first));
+    assert_eq!(
+        json["config"]["digest"],
+        crate::config::config_digest(&one_route)
+    );
+    assert_ne!(
+        json["config"]["digest"],
+        crate::config::config_digest(&first)
+    );
     assert_eq!(json["config"]["last_reload"]["result"], "ok");
     assert_eq!(json["routes"][1]["name"], "status-webhooks");
 
@@ -65,7 +75,7 @@ async fn shows_the_running_digest_and_the_last_reload() {
     assert_eq!(json["config"]["last_reload"]["result"], "error");
     assert_eq!(
         json["config"]["digest"],
-        super::config_digest(&one_route),
+        crate::config::config_digest(&one_route),
         "the running config stays"
     );
 }
@@ -79,7 +89,7 @@ fn the_digest_follows_the_effect_not_the_layout() {
         "upstream = \"http://127.0.0.1:9001\"",
         "upstream = \"http://127.0.0.1:9002\"",
     );
-    let digest = |toml: &str| super::config_digest(&settings(toml));
+    let digest = |toml: &str| crate::config::config_digest(&settings(toml));
     assert_eq!(digest(TWO_ROUTES), digest(&spaced));
     assert_ne!(digest(TWO_ROUTES), digest(&moved));
 }
@@ -96,7 +106,7 @@ impl InboxStats for FixedInbox {
 
 #[tokio::test]
 async fn an_inbox_section_only_where_one_is_registered() {
-    let status = Status::new(&settings(TWO_ROUTES));
+    let status = Status::new(summary(&settings(TWO_ROUTES)));
     let queues = InboxQueues {
         pending: 4,
         in_flight: 1,
@@ -125,7 +135,7 @@ async fn an_inbox_section_only_where_one_is_registered() {
 #[tokio::test]
 async fn counts_decisions_and_the_replay_ratio() {
     let toml = TWO_ROUTES.replace("status-payments", "status-counted");
-    let status = Status::new(&settings(&toml));
+    let status = Status::new(summary(&settings(&toml)));
     let activity = super::RouteActivity::of(&RouteName::new("status-counted").unwrap());
     activity.request_finished(RequestOutcome::Forwarded, 201, Some("aaaaaaaaaaaa"));
     for _ in 0..3 {

@@ -18,9 +18,9 @@ use http::{Request, Response};
 use super::body::{Lease, UpstreamBody};
 use super::pool::{Pool, PooledConnection};
 use super::transport::Address;
-use crate::error::BoxError;
-use crate::error::RequestNotSent;
 use crate::tls;
+use idempotency_core::error::BoxError;
+use idempotency_core::error::RequestNotSent;
 
 /// Why an exchange gave no answer.
 pub(super) enum Failure {

@@ -33,9 +33,9 @@ use tower::Service;
 pub(crate) use body::UpstreamBody;
 pub(crate) use pool::PoolSettings;
 
-use crate::error::BoxError;
-use crate::error::RequestNotSent;
-use crate::headers::strip_hop_by_hop;
+use idempotency_core::error::BoxError;
+use idempotency_core::error::RequestNotSent;
+use idempotency_core::headers::strip_hop_by_hop;
 use pool::Pool;
 use transport::Address;
 

@@ -25,8 +25,8 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 
 use super::transport::{self, Address, CloseCheck, UpstreamIo};
-use crate::error::BoxError;
 use crate::thread_slot::PerThread;
+use idempotency_core::error::BoxError;
 
 /// How a route keeps connections to its upstream (`upstream_idle_timeout`, SPEC section 14).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,14 +1,13 @@
-//! Shared pieces of the integration tests: a real upstream, the proxy, a client, and Redis.
-#![allow(dead_code, unreachable_pub)]
+//! Shared pieces of the proxy's integration tests: a real upstream, the proxy (in-process or
+//! as its binary), TLS material. The HTTP client, stored records, temporary files and private
+//! Redis servers come from the workspace's test-support crate, which the store crates' tests
+//! use too.
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 pub mod binary;
-pub mod client;
 pub mod inbox_upstream;
 pub mod proxy;
-pub mod records;
-pub mod redis;
-pub mod redis_cluster;
-pub mod redis_server;
-pub mod temp;
 pub mod tls;
 pub mod upstream;
+
+pub use idempotency_test_support::{client, records, redis, redis_cluster, redis_server, temp};

@@ -1,0 +1,359 @@
+//! Everything the proxy answers by itself (SPEC section 5), as one error enum with one table of
+//! what each is called, and the one place that reads an upstream failure into one of them.
+//!
+//! An error becomes a response in two steps. Where it happens, [`ProxyError::into_response`]
+//! makes a response that carries the error as an extension and has no body yet; the outermost
+//! layer, [`ProblemLayer`](crate::ProblemLayer), renders every such response as
+//! `application/problem+json` with the configured problem base. So no code on the request path
+//! needs to know the problem base, and a stored problem (an ambiguous upstream failure kept as
+//! the outcome) is rendered by the same code when it is replayed.
+//!
+//! No internal detail (store addresses, upstream errors) is put into a problem: the cause of a
+//! failure travels beside the response as a [`Cause`], which the request's log line reports.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum_core::body::Body;
+use http::{Response, StatusCode};
+
+use crate::model::{KeyError, Part};
+use crate::units::ByteSize;
+
+/// The boxed error inner services and bodies may fail with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Everything the proxy answers by itself.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProxyError {
+    /// The route requires a key and the request has none.
+    #[error("this route requires an idempotency key")]
+    MissingKey,
+    /// The key is not valid (SPEC section 4).
+    #[error("{0}")]
+    InvalidKey(#[from] KeyError),
+    /// The key was used before for a different request.
+    #[error("the idempotency key was already used for a different request")]
+    KeyReused {
+        /// The parts of the request that differ from the first one's, never their values; none
+        /// are known when the first request's record was stored before part digests existed.
+        differs: Vec<Part>,
+    },
+    /// The first request with the key is still running.
+    #[error("a request with this idempotency key is still being processed")]
+    RequestInFlight {
+        /// When the client should try again.
+        retry_after: Duration,
+    },
+    /// The first request's answer was too large to keep.
+    #[error("the response to the original request was too large to keep; the operation ran and is not repeated")]
+    ResponseNotKept,
+    /// The request body is over `max_request_body`.
+    #[error("the request body is larger than {limit}")]
+    BodyTooLarge {
+        /// The route's `max_request_body`.
+        limit: ByteSize,
+    },
+    /// The upstream could not be reached, or broke off.
+    #[error("the upstream service could not be reached")]
+    UpstreamUnavailable,
+    /// The upstream did not answer within `upstream_timeout`.
+    #[error("the upstream service did not answer in time")]
+    UpstreamTimeout,
+    /// The store could not be read or written.
+    #[error("idempotency records cannot be read or written right now; retry later")]
+    StoreUnavailable,
+    /// No route matches and there is no default upstream.
+    #[error("no route matches this request")]
+    NoRoute,
+    /// The client's body broke off or was malformed.
+    #[error("the request body could not be read")]
+    UnreadableBody,
+    /// Ambiguous message framing (RFC 9112 section 6): refused rather than guessed at, as a
+    /// guess that differs from the upstream's is how requests are smuggled.
+    #[error("{0}")]
+    BadRequest(&'static str),
+    /// A signed-webhook route got a delivery without a valid signature.
+    #[error("the webhook signature was refused: {0}")]
+    BadSignature(&'static str),
+    /// On the admin listener: no record is stored under the key an operator named.
+    #[error("no record is stored under this key")]
+    NoRecord,
+    /// On the admin listener: a `DELETE` of a record whose request is still running, which
+    /// would let a retry run the operation again while the first run goes on.
+    #[error("the request holding this key is still running, and removing its record would let a retry run it a second time; add ?force=true to remove it anyway")]
+    RecordInFlight,
+    /// On the admin listener: no dead delivery of that id on the inbox route an operator named.
+    #[error("no dead delivery of this id is kept on this inbox route")]
+    NoDelivery,
+    /// On the admin listener: a reload refused, with the one line saying why (file, line,
+    /// key); the running config stays.
+    #[error("{0}")]
+    BadConfig(String),
+}
+
+/// What a problem is called: its status, its type (appended to the problem base) and title.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProblemMeta {
+    /// The response status.
+    pub status: StatusCode,
+    /// The problem type, e.g. `key-reused`.
+    pub kind: &'static str,
+    /// A short, fixed summary.
+    pub title: &'static str,
+}
+
+const fn meta(status: StatusCode, kind: &'static str, title: &'static str) -> ProblemMeta {
+    ProblemMeta {
+        status,
+        kind,
+        title,
+    }
+}
+
+impl ProxyError {
+    /// The one table of what each error is called.
+    pub fn meta(&self) -> ProblemMeta {
+        use StatusCode as S;
+        match self {
+            Self::MissingKey => meta(S::BAD_REQUEST, "missing-key", "Idempotency key missing"),
+            Self::InvalidKey(_) => meta(S::BAD_REQUEST, "invalid-key", "Idempotency key invalid"),
+            Self::KeyReused { .. } => meta(
+                S::UNPROCESSABLE_ENTITY,
+                "key-reused",
+                "Idempotency key reused",
+            ),
+            Self::RequestInFlight { .. } => {
+                meta(S::CONFLICT, "request-in-flight", "Request in flight")
+            }
+            Self::ResponseNotKept => meta(S::GONE, "response-not-kept", "Response not kept"),
+            Self::BodyTooLarge { .. } => meta(
+                S::PAYLOAD_TOO_LARGE,
+                "body-too-large",
+                "Request body too large",
+            ),
+            Self::UpstreamUnavailable => meta(
+                S::BAD_GATEWAY,
+                "upstream-unavailable",
+                "Upstream unavailable",
+            ),
+            Self::UpstreamTimeout => {
+                meta(S::GATEWAY_TIMEOUT, "upstream-timeout", "Upstream timed out")
+            }
+            Self::StoreUnavailable => meta(
+                S::SERVICE_UNAVAILABLE,
+                "store-unavailable",
+                "Idempotency store unavailable",
+            ),
+            Self::NoRoute => meta(S::NOT_FOUND, "no-route", "Not found"),
+            Self::UnreadableBody => {
+                meta(S::BAD_REQUEST, "unreadable-body", "Request body unreadable")
+            }
+            Self::BadRequest(_) => meta(S::BAD_REQUEST, "bad-request", "Bad request"),
+            Self::BadSignature(_) => meta(
+                S::UNAUTHORIZED,
+                "bad-signature",
+                "Webhook signature invalid",
+            ),
+            Self::NoRecord => meta(S::NOT_FOUND, "no-record", "No record"),
+            Self::RecordInFlight => meta(S::CONFLICT, "request-in-flight", "Request in flight"),
+            Self::NoDelivery => meta(S::NOT_FOUND, "no-delivery", "No such delivery"),
+            Self::BadConfig(_) => meta(S::BAD_REQUEST, "bad-config", "Configuration refused"),
+        }
+    }
+
+    /// The response status.
+    pub fn status(&self) -> StatusCode {
+        self.meta().status
+    }
+
+    /// The problem type, appended to the problem base.
+    pub fn problem_type(&self) -> &'static str {
+        self.meta().kind
+    }
+
+    /// The errors that may be stored as a request's outcome, by their problem type: the proxy's
+    /// own answers to an ambiguous upstream failure (SPEC section 3, step 5).
+    pub fn stored(kind: &str) -> Option<Self> {
+        [Self::UpstreamUnavailable, Self::UpstreamTimeout]
+            .into_iter()
+            .find(|e| e.problem_type() == kind)
+    }
+
+    /// A response with this error's status and the error as an extension, for
+    /// [`ProblemLayer`](crate::ProblemLayer) to render on the way out.
+    pub fn into_response(self) -> Response<Body> {
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = self.status();
+        response.extensions_mut().insert(self);
+        response
+    }
+}
+
+impl axum_core::response::IntoResponse for ProxyError {
+    fn into_response(self) -> Response<Body> {
+        ProxyError::into_response(self)
+    }
+}
+
+/// Why a request failed, for its log line; never shown to the client.
+#[derive(Debug, Clone)]
+pub struct Cause(pub Arc<str>);
+
+impl Cause {
+    /// The cause an error describes, with its sources.
+    pub fn of(error: &(dyn StdError + 'static)) -> Self {
+        let mut text = error.to_string();
+        let mut source = error.source();
+        while let Some(e) = source {
+            text.push_str(": ");
+            text.push_str(&e.to_string());
+            source = e.source();
+        }
+        Self(text.into())
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An inner-service error meaning "the request never reached the upstream" (connection
+/// refused, DNS failure). The layer then frees the key, so a retry runs the operation. Any
+/// other error is treated as ambiguous: the operation may have run.
+#[derive(Debug)]
+pub struct RequestNotSent(pub BoxError);
+
+impl fmt::Display for RequestNotSent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "request not sent: {}", self.0)
+    }
+}
+
+impl StdError for RequestNotSent {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+/// What an error of the service behind the layer (the upstream) says about the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamFailure {
+    /// It never left (connection refused, DNS): running it again is safe.
+    NotSent,
+    /// The client's own streamed body broke off or was malformed, so the upstream never got a
+    /// whole request; the client is to blame, not the upstream.
+    ClientBody,
+    /// It broke after the request was sent: it may have run.
+    AfterSend,
+}
+
+impl UpstreamFailure {
+    /// Reads an inner error: the rescue every upstream failure goes through.
+    pub fn of(error: &(dyn StdError + 'static)) -> Self {
+        let chain = || std::iter::successors(Some(error), |e| (*e).source());
+        if chain().any(<dyn std::error::Error + 'static>::is::<RequestNotSent>) {
+            return Self::NotSent;
+        }
+        // hyper reports the body it was given failing as a user error.
+        let user = |e: &hyper::Error| e.is_user();
+        if chain()
+            .filter_map(|e| e.downcast_ref::<hyper::Error>())
+            .any(user)
+        {
+            return Self::ClientBody;
+        }
+        Self::AfterSend
+    }
+
+    /// What the client is answered.
+    pub fn problem(self) -> ProxyError {
+        match self {
+            Self::NotSent | Self::AfterSend => ProxyError::UpstreamUnavailable,
+            Self::ClientBody => ProxyError::UnreadableBody,
+        }
+    }
+}
+
+/// The answer to a request whose upstream call failed, carrying the error as its cause.
+pub fn rescue(error: &BoxError) -> Response<Body> {
+    let mut response = UpstreamFailure::of(error.as_ref())
+        .problem()
+        .into_response();
+    response.extensions_mut().insert(Cause::of(error.as_ref()));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_problem_type_is_distinct_and_stored_ones_read_back() {
+        let all = [
+            ProxyError::MissingKey,
+            ProxyError::InvalidKey(KeyError::Empty),
+            ProxyError::KeyReused { differs: vec![] },
+            ProxyError::RequestInFlight {
+                retry_after: Duration::from_secs(1),
+            },
+            ProxyError::ResponseNotKept,
+            ProxyError::BodyTooLarge {
+                limit: ByteSize::kib(1),
+            },
+            ProxyError::UpstreamUnavailable,
+            ProxyError::UpstreamTimeout,
+            ProxyError::StoreUnavailable,
+            ProxyError::NoRoute,
+            ProxyError::UnreadableBody,
+            ProxyError::BadRequest("x"),
+            ProxyError::BadSignature("x"),
+            ProxyError::NoDelivery,
+            ProxyError::BadConfig("x".into()),
+        ];
+        let kinds: std::collections::HashSet<_> =
+            all.iter().map(super::ProxyError::problem_type).collect();
+        assert_eq!(kinds.len(), all.len());
+        for error in all {
+            assert!(error.status().is_client_error() || error.status().is_server_error());
+            let stored = ProxyError::stored(error.problem_type());
+            let storable = matches!(
+                error,
+                ProxyError::UpstreamUnavailable | ProxyError::UpstreamTimeout
+            );
+            assert_eq!(stored.is_some(), storable, "{error:?}");
+        }
+    }
+
+    #[test]
+    fn an_error_travels_on_its_response_until_rendered() {
+        let reused = ProxyError::KeyReused {
+            differs: vec![Part::Body],
+        };
+        let response = reused.clone().into_response();
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(response.extensions().get::<ProxyError>(), Some(&reused));
+    }
+
+    #[test]
+    fn upstream_failures_are_read_from_the_error_chain() {
+        let refused: BoxError = Box::new(RequestNotSent("connection refused".into()));
+        assert_eq!(
+            UpstreamFailure::of(refused.as_ref()),
+            UpstreamFailure::NotSent
+        );
+        let rescued = rescue(&refused);
+        assert_eq!(rescued.status(), StatusCode::BAD_GATEWAY);
+        let cause = rescued.extensions().get::<Cause>().unwrap();
+        assert!(cause.0.contains("connection refused"), "{cause}");
+        let broken: BoxError = "connection reset".into();
+        assert_eq!(
+            UpstreamFailure::of(broken.as_ref()),
+            UpstreamFailure::AfterSend
+        );
+    }
+}

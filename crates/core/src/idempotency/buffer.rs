@@ -1,0 +1,149 @@
+//! Buffering an upstream answer just far enough to decide whether it can be kept.
+//!
+//! The body is collected up to `max_cached_body`. Past that, it is handed to the client as a
+//! stream (the bytes read so far first), so a large download costs no more memory than the
+//! limit, and the record keeps only status and headers.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum_core::body::Body;
+use bytes::{Bytes, BytesMut};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::BodyExt;
+
+use crate::error::BoxError;
+use crate::model::StoredBody;
+
+/// An upstream body, read whole or found too large to keep.
+pub(super) enum BufferedBody {
+    Whole(Bytes),
+    TooLarge(PrefixedBody),
+}
+
+impl BufferedBody {
+    /// What the store keeps of this body: the bytes (shared, not copied), or nothing.
+    pub(super) fn stored(&self) -> StoredBody {
+        match self {
+            BufferedBody::Whole(bytes) => StoredBody::Kept(bytes.clone()),
+            BufferedBody::TooLarge(_) => StoredBody::NotKept,
+        }
+    }
+
+    pub(super) fn into_body(self) -> Body {
+        match self {
+            BufferedBody::Whole(bytes) => Body::from(bytes),
+            BufferedBody::TooLarge(streaming) => Body::new(streaming),
+        }
+    }
+}
+
+/// Reads `body` until it ends or exceeds `limit` bytes. Trailers are not kept.
+pub(super) async fn buffer<B>(body: B, limit: usize) -> Result<BufferedBody, BoxError>
+where
+    B: HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let mut body = Body::new(body.map_err(Into::into));
+    let mut chunks = VecDeque::new();
+    let mut len = 0usize;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        len += data.len();
+        chunks.push_back(data);
+        if len > limit {
+            return Ok(BufferedBody::TooLarge(PrefixedBody {
+                prefix: chunks,
+                rest: body,
+            }));
+        }
+    }
+    Ok(BufferedBody::Whole(concat(chunks, len)))
+}
+
+/// Most small answers arrive in one frame: that one is kept as it is, without a copy.
+fn concat(mut chunks: VecDeque<Bytes>, len: usize) -> Bytes {
+    if chunks.len() <= 1 {
+        return chunks.pop_front().unwrap_or_default();
+    }
+    let mut whole = BytesMut::with_capacity(len);
+    for chunk in &chunks {
+        whole.extend_from_slice(chunk);
+    }
+    whole.freeze()
+}
+
+/// The chunks already read, then the rest of the upstream body.
+pub(super) struct PrefixedBody {
+    prefix: VecDeque<Bytes>,
+    rest: Body,
+}
+
+impl HttpBody for PrefixedBody {
+    type Data = Bytes;
+    type Error = axum_core::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let Some(chunk) = self.prefix.pop_front() {
+            return Poll::Ready(Some(Ok(Frame::data(chunk))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.prefix.is_empty() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let buffered: u64 = self.prefix.iter().map(|c| c.len() as u64).sum();
+        let rest = self.rest.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower() + buffered);
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper + buffered);
+        }
+        hint
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A body that arrives in the given frames, as a chunked upstream answer would.
+    struct Chunks(VecDeque<Bytes>);
+
+    impl HttpBody for Chunks {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            Poll::Ready(self.0.pop_front().map(|c| Ok(Frame::data(c))))
+        }
+    }
+
+    fn chunked(chunks: &[&'static [u8]]) -> Chunks {
+        Chunks(chunks.iter().map(|c| Bytes::from_static(c)).collect())
+    }
+
+    #[tokio::test]
+    async fn small_bodies_are_whole_and_large_ones_stream_every_byte() {
+        let whole = buffer(chunked(&[b"ab", b"cd"]), 4).await.unwrap();
+        assert!(matches!(&whole, BufferedBody::Whole(b) if b == "abcd"));
+        let large = buffer(chunked(&[b"ab", b"cd", b"ef", b"gh"]), 3)
+            .await
+            .unwrap();
+        assert!(matches!(large, BufferedBody::TooLarge(_)));
+        let all = large.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(all, "abcdefgh");
+    }
+}

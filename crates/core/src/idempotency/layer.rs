@@ -1,0 +1,181 @@
+//! The public `tower::Layer` and its builder: what a route's requests share, built once,
+//! nothing else.
+
+use std::sync::Arc;
+
+use tokio_util::task::TaskTracker;
+use tower::Layer;
+
+use super::context::Context;
+use super::inbox_hook::InboxHook;
+use super::metrics::RouteMetrics;
+use super::observer::{NoObserver, RequestObserver};
+use super::policy::{Policy, PolicyError, RouteMode};
+use super::service::IdempotencyService;
+use super::waiters::Waiters;
+use crate::store::Store;
+
+/// Makes the wrapped service safe to retry: the first request with an idempotency key runs,
+/// its answer is stored, and every retry with that key gets the stored answer.
+///
+/// ```
+/// use std::sync::Arc;
+/// use axum::{routing::post, Router};
+/// use idempotency_core::model::RouteName;
+/// use idempotency_core::store::MemoryStore;
+/// use idempotency_core::{IdempotencyLayer, Policy, ProblemLayer};
+/// use tower::ServiceExt;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let policy = Policy::builder(RouteName::new("payments").unwrap())
+///     .with_require_key(true)
+///     .build()
+///     .unwrap();
+/// let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()), policy).unwrap();
+/// let app: Router = Router::new()
+///     .route("/v1/charges", post(|| async { "charged once" }))
+///     .layer(layer)
+///     .layer(ProblemLayer::default());
+///
+/// let charge = || {
+///     http::Request::post("/v1/charges")
+///         .header("idempotency-key", "order-1")
+///         .body(axum_core::body::Body::from("{}"))
+///         .unwrap()
+/// };
+/// let first = app.clone().oneshot(charge()).await.unwrap();
+/// let retry = app.clone().oneshot(charge()).await.unwrap();
+/// assert!(first.headers().get("idempotent-replayed").is_none());
+/// assert_eq!(retry.headers()["idempotent-replayed"], "true");
+/// # }
+/// ```
+///
+/// Answers the layer makes itself (`409`, `422`, ...) carry their [`ProxyError`](crate::ProxyError)
+/// and are rendered as `application/problem+json` by [`ProblemLayer`](crate::ProblemLayer): put
+/// it outside this one. Metrics are registered with the global `metrics` recorder when the layer
+/// is built, so install the recorder first.
+///
+/// The inner service gets requests with an [`axum_core::body::Body`] (axum's body); answers are
+/// stored as the [`Policy`] says. An inner error wrapping
+/// [`RequestNotSent`](crate::error::RequestNotSent) frees the key; any other error is ambiguous
+/// and handled by `on_ambiguous`.
+#[derive(Debug, Clone)]
+pub struct IdempotencyLayer {
+    ctx: Arc<Context>,
+}
+
+impl IdempotencyLayer {
+    /// A layer keeping its records in `store` and applying `policy` to every request, if the
+    /// policy is valid for a layer (see [`LayerBuilder::build`]).
+    pub fn new(store: Arc<dyn Store>, policy: Policy) -> Result<Self, PolicyError> {
+        Self::builder(store, policy).build()
+    }
+
+    /// A builder for a layer with more than a store and a policy: a task tracker to wait on at
+    /// shutdown, an observer of every request.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use idempotency_core::model::RouteName;
+    /// use idempotency_core::store::MemoryStore;
+    /// use idempotency_core::{IdempotencyLayer, Policy};
+    /// use tokio_util::task::TaskTracker;
+    ///
+    /// let policy = Policy::builder(RouteName::new("payments").unwrap()).build().unwrap();
+    /// let tracker = TaskTracker::new();
+    /// let layer = IdempotencyLayer::builder(Arc::new(MemoryStore::new()), policy)
+    ///     .with_task_tracker(tracker.clone())
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(layer.policy().route.as_str(), "payments");
+    /// ```
+    pub fn builder(store: Arc<dyn Store>, policy: Policy) -> LayerBuilder {
+        LayerBuilder {
+            store,
+            policy,
+            tracker: TaskTracker::new(),
+            observer: Arc::new(NoObserver),
+            inbox: None,
+        }
+    }
+
+    /// The policy every request is handled under.
+    pub fn policy(&self) -> &Policy {
+        &self.ctx.policy
+    }
+}
+
+/// Builds an [`IdempotencyLayer`]; [`IdempotencyLayer::builder`] makes one.
+#[derive(Debug)]
+#[must_use]
+pub struct LayerBuilder {
+    store: Arc<dyn Store>,
+    policy: Policy,
+    tracker: TaskTracker,
+    observer: Arc<dyn RequestObserver>,
+    inbox: Option<InboxHook>,
+}
+
+impl LayerBuilder {
+    /// Runs first requests in tasks of `tracker`, so the caller can wait for them to finish and
+    /// record their outcomes before shutting down (`tracker.close(); tracker.wait().await`).
+    pub fn with_task_tracker(mut self, tracker: TaskTracker) -> Self {
+        self.tracker = tracker;
+        self
+    }
+
+    /// Tells `observer` of every request the layer answers (by default, no one).
+    pub fn with_observer(mut self, observer: Arc<dyn RequestObserver>) -> Self {
+        self.observer = observer;
+        self
+    }
+
+    /// For a proxy's inbox route: each request the layer queues is counted and wakes the
+    /// route's delivery worker through `hook`. Delivering is the proxy's work, not a layer's:
+    /// without a hook, a policy in [`RouteMode::Inbox`] is refused.
+    pub fn with_inbox(mut self, hook: InboxHook) -> Self {
+        self.inbox = Some(hook);
+        self
+    }
+
+    /// The layer, if [`Policy::validate`] accepts its policy and the policy's mode can be served
+    /// here: an inbox route needs an inbox hook and a store that keeps inbox queues.
+    pub fn build(self) -> Result<IdempotencyLayer, PolicyError> {
+        self.policy.validate()?;
+        self.check_mode()?;
+        let ctx = Context {
+            store: self.store,
+            metrics: RouteMetrics::new(&self.policy.route, self.observer),
+            policy: self.policy,
+            waiters: Waiters::default(),
+            tasks: self.tracker,
+            inbox: self.inbox,
+        };
+        Ok(IdempotencyLayer { ctx: Arc::new(ctx) })
+    }
+
+    fn check_mode(&self) -> Result<(), PolicyError> {
+        match (self.policy.mode, &self.inbox) {
+            (RouteMode::Inbox, None) => Err(PolicyError::new(
+                "mode",
+                "an inbox route stores each request and delivers it later, which only the \
+                 proxy's delivery workers do; a layer forwards to the service it wraps, so \
+                 use mode = proxy (RouteMode::Proxy)",
+            )),
+            (RouteMode::Inbox, Some(_)) if self.store.inbox().is_none() => Err(PolicyError::new(
+                "mode",
+                "an inbox route needs a store that keeps inbox queues",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl<S> Layer<S> for IdempotencyLayer {
+    type Service = IdempotencyService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        IdempotencyService::new(inner, self.ctx.clone())
+    }
+}

@@ -1,0 +1,274 @@
+//! Rendering the proxy's own answers as RFC 9457 `application/problem+json` (SPEC section 5):
+//! the problem base, and the outermost layer that renders every response carrying a
+//! [`ProxyError`].
+//!
+//! It is the outermost layer so that everything below it, the router, the idempotency layer
+//! and replays of stored problems alike, answers an error the same way
+//! ([`ProxyError::into_response`]) without knowing the problem base.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum_core::body::Body;
+use http::{header, HeaderValue, Response};
+use serde::Serialize;
+use tower::{Layer, Service};
+
+use crate::error::ProxyError;
+
+/// The `type` URI prefix of every problem, and whether to point clients at it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProblemBase {
+    uri: String,
+    link: Option<HeaderValue>,
+}
+
+impl ProblemBase {
+    /// The base when none is configured.
+    pub const DEFAULT: &'static str = "urn:problem-type:idempotency-proxy:";
+
+    /// A base the operator publishes (e.g. `https://api.example.com/docs/idempotency#`): each
+    /// problem then also carries `Link: <base>; rel="describedby"`.
+    pub fn published(uri: &str) -> Result<Self, String> {
+        let link = HeaderValue::from_str(&format!("<{uri}>; rel=\"describedby\""))
+            .map_err(|_| format!("problem_base {uri:?} is not a valid URI"))?;
+        if uri == Self::DEFAULT {
+            return Ok(Self::default());
+        }
+        Ok(Self {
+            uri: uri.to_owned(),
+            link: Some(link),
+        })
+    }
+
+    /// The base as configured.
+    pub fn as_str(&self) -> &str {
+        &self.uri
+    }
+
+    /// Gives a response that carries a [`ProxyError`] its problem document; any other response
+    /// is left as it is.
+    pub fn render(&self, response: &mut Response<Body>) {
+        let Some(error) = response.extensions_mut().remove::<ProxyError>() else {
+            return;
+        };
+        let meta = error.meta();
+        let differs = match &error {
+            ProxyError::KeyReused { differs } => Some(differs.iter().map(|p| p.as_str()).collect()),
+            _ => None,
+        };
+        let document = ProblemDocument {
+            kind: format!("{}{}", self.uri, meta.kind),
+            title: meta.title,
+            status: meta.status.as_u16(),
+            detail: error.to_string(),
+            differs,
+        };
+        let body = serde_json::to_vec(&document).expect("a problem document always serializes");
+        *response.body_mut() = Body::from(body);
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if let Some(link) = &self.link {
+            headers.insert(header::LINK, link.clone());
+        }
+        if let ProxyError::RequestInFlight { retry_after } = error {
+            let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+    }
+}
+
+impl Default for ProblemBase {
+    fn default() -> Self {
+        Self {
+            uri: Self::DEFAULT.to_owned(),
+            link: None,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ProblemDocument<'a> {
+    #[serde(rename = "type")]
+    kind: String,
+    title: &'a str,
+    status: u16,
+    detail: String,
+    /// `key-reused` only: the parts of the request that differed (an RFC 9457 extension
+    /// member).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    differs: Option<Vec<&'static str>>,
+}
+
+/// Renders the problems of the service it wraps: put it outermost.
+#[derive(Debug, Clone, Default)]
+pub struct ProblemLayer {
+    base: Arc<ProblemBase>,
+}
+
+impl ProblemLayer {
+    /// Problems rendered with `base`.
+    pub fn new(base: Arc<ProblemBase>) -> Self {
+        Self { base }
+    }
+}
+
+impl ProblemLayer {
+    /// `answer`, its problem rendered when it is ready: what a [`ProblemService`] does to its
+    /// inner service's answers, for a caller that has the answer's future in hand.
+    pub fn render<F>(&self, answer: F) -> Rendered<F> {
+        Rendered {
+            inner: answer,
+            base: self.base.clone(),
+        }
+    }
+}
+
+impl<S> Layer<S> for ProblemLayer {
+    type Service = ProblemService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ProblemService {
+            inner,
+            base: self.base.clone(),
+        }
+    }
+}
+
+/// The service [`ProblemLayer`] wraps around another.
+#[derive(Debug, Clone)]
+pub struct ProblemService<S> {
+    inner: S,
+    base: Arc<ProblemBase>,
+}
+
+impl<S> ProblemService<S> {
+    /// The service whose problems are rendered.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S, R> Service<R> for ProblemService<S>
+where
+    S: Service<R, Response = Response<Body>>,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = Rendered<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        Rendered {
+            inner: self.inner.call(request),
+            base: self.base.clone(),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response future of [`ProblemService`].
+    pub struct Rendered<F> {
+        #[pin]
+        inner: F,
+        base: Arc<ProblemBase>,
+    }
+}
+
+impl<F, E> Future for Rendered<F>
+where
+    F: Future<Output = Result<Response<Body>, E>>,
+{
+    type Output = Result<Response<Body>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let mut response = std::task::ready!(this.inner.poll(cx))?;
+        this.base.render(&mut response);
+        Poll::Ready(Ok(response))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use http::StatusCode;
+    use http_body_util::BodyExt;
+
+    use super::*;
+    use crate::model::Part;
+
+    async fn rendered(base: &ProblemBase, error: ProxyError) -> (Response<()>, serde_json::Value) {
+        let mut response = error.into_response();
+        base.render(&mut response);
+        let (parts, body) = response.into_parts();
+        let bytes = body.collect().await.unwrap().to_bytes();
+        let document = serde_json::from_slice(&bytes).unwrap();
+        (Response::from_parts(parts, ()), document)
+    }
+
+    #[tokio::test]
+    async fn problem_document_has_the_rfc_9457_members() {
+        let reused = ProxyError::KeyReused {
+            differs: vec![Part::Target, Part::Body],
+        };
+        let (response, doc) = rendered(&ProblemBase::default(), reused).await;
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(
+            response.headers()[header::CONTENT_TYPE],
+            "application/problem+json"
+        );
+        assert!(response.headers().get(header::LINK).is_none());
+        assert!(response.extensions().get::<ProxyError>().is_none());
+        assert_eq!(doc["type"], "urn:problem-type:idempotency-proxy:key-reused");
+        assert_eq!(doc["status"], 422);
+        assert!(doc["title"].is_string() && doc["detail"].is_string());
+        assert_eq!(doc["differs"], serde_json::json!(["target", "body"]));
+    }
+
+    #[tokio::test]
+    async fn only_key_reused_says_what_differs() {
+        let unknown = ProxyError::KeyReused { differs: vec![] };
+        let (_, doc) = rendered(&ProblemBase::default(), unknown).await;
+        assert_eq!(doc["differs"], serde_json::json!([]));
+        let (_, doc) = rendered(&ProblemBase::default(), ProxyError::StoreUnavailable).await;
+        assert!(doc.get("differs").is_none(), "{doc}");
+    }
+
+    #[tokio::test]
+    async fn published_base_adds_a_describedby_link() {
+        let base = ProblemBase::published("https://api.example.com/docs/idempotency#").unwrap();
+        let in_flight = ProxyError::RequestInFlight {
+            retry_after: Duration::from_millis(1500),
+        };
+        let (response, doc) = rendered(&base, in_flight).await;
+        assert_eq!(
+            response.headers()[header::LINK],
+            "<https://api.example.com/docs/idempotency#>; rel=\"describedby\""
+        );
+        assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+        assert_eq!(
+            doc["type"],
+            "https://api.example.com/docs/idempotency#request-in-flight"
+        );
+    }
+
+    #[tokio::test]
+    async fn other_responses_pass_untouched() {
+        let mut response = Response::new(Body::from("upstream's own 404"));
+        *response.status_mut() = StatusCode::NOT_FOUND;
+        ProblemBase::default().render(&mut response);
+        assert!(response.headers().get(header::CONTENT_TYPE).is_none());
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "upstream's own 404");
+    }
+}

@@ -1,0 +1,24 @@
+//! The README's library example (`examples/axum.rs`), served on a real socket.
+
+#[path = "../examples/axum.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod example;
+
+use idempotency_test_support::client::TestClient;
+
+#[tokio::test]
+async fn the_axum_example_runs_its_handler_once_per_key() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let client = TestClient::new(listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, example::app()).await });
+    let first = client.post("/v1/charges", "k1", "{\"amount\":100}").await;
+    let retry = client.post("/v1/charges", "k1", "{\"amount\":100}").await;
+    let other = client.post("/v1/charges", "k2", "{\"amount\":100}").await;
+    assert_eq!(first.body, "charge 1");
+    assert!(retry.replayed());
+    assert_eq!(retry.body, "charge 1");
+    assert_eq!(other.body, "charge 2");
+    let unkeyed = client.send("POST", "/v1/charges", &[], "{}").await;
+    assert_eq!(unkeyed.status, 400);
+    assert_eq!(unkeyed.problem_type(), "missing-key");
+}

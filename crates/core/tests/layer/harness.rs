@@ -1,0 +1,118 @@
+//! Building a layer over a store and an inner service, and sending it requests.
+#![allow(unreachable_pub)]
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use idempotency_core::model::RouteName;
+use idempotency_core::store::{MemoryStore, Store};
+use idempotency_core::{IdempotencyLayer, Policy, ProblemLayer};
+use tower::{Layer, Service, ServiceExt};
+
+/// The layer under test with the problem renderer outside it, as the proxy stacks them.
+pub fn stack<S>(
+    store: Arc<dyn Store>,
+    policy: Policy,
+    inner: S,
+) -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send> + Clone
+where
+    S: Service<Request<Body>, Response = Response<Body>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<idempotency_core::BoxError> + Send + 'static,
+{
+    let layer = IdempotencyLayer::new(store, policy).expect("a valid policy");
+    let layered = layer.layer(inner);
+    ProblemLayer::default().layer(layered)
+}
+
+pub fn policy() -> Policy {
+    Policy::new(RouteName::new("payments").unwrap())
+}
+
+pub fn memory() -> Arc<dyn Store> {
+    Arc::new(MemoryStore::new())
+}
+
+/// A POST with a key (if given) and a body.
+pub fn post(key: Option<&str>, body: &'static str) -> Request<Body> {
+    let builder = Request::post("/v1/charges");
+    let builder = match key {
+        Some(key) => builder.header("idempotency-key", key),
+        None => builder,
+    };
+    builder.body(Body::from(body)).unwrap()
+}
+
+/// An upstream that answers `201` with its execution number, counting executions.
+#[derive(Clone, Default)]
+pub struct Counting(pub Arc<AtomicUsize>);
+
+impl Counting {
+    pub fn executions(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    pub fn service(
+        &self,
+    ) -> impl Service<
+        Request<Body>,
+        Response = Response<Body>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+           + Send
+           + 'static {
+        let count = self.0.clone();
+        tower::service_fn(move |_request: Request<Body>| {
+            let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+            async move {
+                let mut response = Response::new(Body::from(format!("{{\"execution\":{n}}}")));
+                *response.status_mut() = StatusCode::CREATED;
+                Ok::<_, Infallible>(response)
+            }
+        })
+    }
+}
+
+/// A response, read whole.
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn replayed(&self) -> bool {
+        self.headers.get("idempotent-replayed").is_some()
+    }
+
+    pub fn problem_type(&self) -> String {
+        let document: serde_json::Value = serde_json::from_slice(&self.body).unwrap();
+        let kind = document["type"].as_str().unwrap();
+        kind.rsplit(':').next().unwrap().to_owned()
+    }
+}
+
+/// Sends `request` through `service` and reads the answer.
+pub async fn send<S>(service: &S, request: Request<Body>) -> Answer
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone,
+{
+    let response = service.clone().oneshot(request).await.unwrap();
+    read(response).await
+}
+
+pub async fn read(response: Response<Body>) -> Answer {
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}

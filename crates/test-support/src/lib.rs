@@ -1,0 +1,16 @@
+//! Test support for the idempotency crates: the store suite every backend and decorator runs
+//! ([`store_suite!`], [`inbox_suite!`]), records to store, temporary files, an HTTP client for
+//! tests over real sockets, and private Redis servers and clusters (feature `redis`).
+//!
+//! Not published: it exists so that each store crate's tests and the proxy's run the same
+//! cases and start Redis the same way.
+
+pub mod client;
+mod macros;
+pub mod records;
+#[cfg(feature = "redis")]
+pub mod redis;
+pub mod redis_cluster;
+pub mod redis_server;
+pub mod suite;
+pub mod temp;

@@ -1,0 +1,108 @@
+//! The workspace's crates are what ARCHITECTURE.md says they are: the core compiles none of the
+//! proxy's heavy parts, and each library crate packages as a crate of its own.
+//!
+//! Both ask Cargo itself (`cargo tree`, `cargo package --list`), so they hold for what a user
+//! who depends on a crate would really compile and download.
+
+use std::path::Path;
+use std::process::Command;
+
+/// The library crates a service may depend on, by package name.
+const LIBRARIES: [&str; 3] = [
+    "idempotency-core",
+    "idempotency-redis-store",
+    "idempotency-file-store",
+];
+
+/// Crates the core must never pull in: store clients, TLS, the command line, the Prometheus
+/// exporter, the server side of HTTP, axum itself (the core uses only `axum-core`'s body).
+const NOT_IN_THE_CORE: [&str; 9] = [
+    "redis",
+    "redb",
+    "rustls",
+    "tokio-rustls",
+    "clap",
+    "metrics-exporter-prometheus",
+    "hyper-util",
+    "axum",
+    "idempotency-proxy",
+];
+
+fn cargo(args: &[&str]) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = Command::new(cargo)
+        .args(args)
+        .current_dir(root)
+        .output()
+        .expect("cargo runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "cargo {args:?} failed: {stderr}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// Every package in a crate's normal dependency tree, by name, with the features hyper has.
+fn normal_tree(package: &str) -> (Vec<String>, String) {
+    let tree = cargo(&["tree", "-p", package, "-e", "normal", "--prefix", "none"]);
+    let names = tree
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    let features = cargo(&[
+        "tree",
+        "-p",
+        package,
+        "-e",
+        "normal,features",
+        "--prefix",
+        "none",
+        "-i",
+        "hyper",
+    ]);
+    (names, features)
+}
+
+#[test]
+fn the_core_depends_on_no_store_client_server_tls_or_command_line() {
+    let (names, hyper_features) = normal_tree("idempotency-core");
+    let found: Vec<&str> = NOT_IN_THE_CORE
+        .into_iter()
+        .filter(|banned| names.iter().any(|n| n == banned))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "the core's normal dependencies include {found:?}"
+    );
+    for side in ["server", "client", "http1", "http2"] {
+        let feature = format!("hyper feature \"{side}\"");
+        assert!(
+            !hyper_features.contains(&feature),
+            "the core turns on {feature}"
+        );
+    }
+    // The check can see what it looks for: the proxy's own tree has them all.
+    let (proxy, _) = normal_tree("idempotency-proxy");
+    for heavy in ["redis", "redb", "rustls", "clap"] {
+        assert!(
+            proxy.iter().any(|n| n == heavy),
+            "{heavy} not seen in the proxy's tree"
+        );
+    }
+}
+
+#[test]
+fn each_library_crate_packages_its_own_sources_and_readme() {
+    for crate_name in LIBRARIES {
+        let listed = cargo(&["package", "--list", "--allow-dirty", "-p", crate_name]);
+        let files: Vec<&str> = listed.lines().collect();
+        for needed in ["Cargo.toml", "README.md", "src/lib.rs"] {
+            assert!(
+                files.contains(&needed),
+                "{crate_name} packages no {needed}: {files:?}"
+            );
+        }
+        let foreign: Vec<&&str> = files.iter().filter(|f| f.starts_with("..")).collect();
+        assert!(foreign.is_empty(), "{crate_name} packages {foreign:?}");
+    }
+}
