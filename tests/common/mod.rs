@@ -4,6 +4,7 @@
 pub mod binary;
 pub mod client;
 pub mod inbox_upstream;
+pub mod markdown;
 pub mod proxy;
 pub mod records;
 pub mod redis;
