@@ -13,11 +13,14 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::IntoResponse;
 use tokio::net::TcpListener;
 
+/// Where it listens unless told otherwise: where the README's proxy sends what it takes.
+pub(crate) const DEFAULT_ADDR: &str = "127.0.0.1:9000";
+
 #[tokio::main]
 async fn main() {
     let addr = std::env::args()
         .nth(1)
-        .unwrap_or_else(|| "127.0.0.1:9000".to_owned());
+        .unwrap_or_else(|| DEFAULT_ADDR.to_owned());
     let listener = TcpListener::bind(&addr)
         .await
         .unwrap_or_else(|e| panic!("cannot listen on {addr}: {e}"));
