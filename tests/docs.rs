@@ -148,6 +148,9 @@ fn every_link_between_the_docs_lands_on_a_file_and_a_heading() {
             let Some((file, anchor)) = resolve(&page, &target) else {
                 continue;
             };
+            // A fresh clone has nothing beside the repository: a link must stay inside it.
+            let inside = file.components().next() != Some(std::path::Component::ParentDir);
+            assert!(inside, "{page}: {target}: outside the repository");
             assert!(
                 repo().join(&file).exists(),
                 "{page}: {target}: no such file"

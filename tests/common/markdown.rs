@@ -208,13 +208,17 @@ pub fn resolve(page: &str, target: &str) -> Option<(PathBuf, Option<String>)> {
     Some((file, anchor))
 }
 
-/// `a/../b` as `b`, without touching the file system.
+/// `a/../b` as `b`, without touching the file system; a path that climbs out of where it
+/// started keeps its leading `..`.
 fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for part in path.components() {
         match part {
             std::path::Component::ParentDir => {
-                out.pop();
+                let climbed = out.components().next_back() == Some(std::path::Component::ParentDir);
+                if climbed || !out.pop() {
+                    out.push("..");
+                }
             }
             std::path::Component::CurDir => {}
             other => out.push(other),
