@@ -1,4 +1,4 @@
-//! The command line (SPEC section 7). Every flag is optional and, when given, overrides the
+//! The command line (docs/reference.md#command-line). Every flag is optional and, when given, overrides the
 //! config file.
 //!
 //! Each flag can also be given as an environment variable (`IDEMPOTENCY_PROXY_LISTEN` for

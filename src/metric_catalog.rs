@@ -46,7 +46,7 @@ const fn metric(
     }
 }
 
-/// Every metric the proxy exports (SPEC sections 7, 10 and 11): the one list that describes
+/// Every metric the proxy exports (docs/reference.md#metrics): the one list that describes
 /// them to the recorder, and that dashboards and alerts are checked against.
 pub const METRICS: &[Metric] = &[
     metric(

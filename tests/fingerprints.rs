@@ -1,4 +1,4 @@
-//! Fingerprints that understand JSON, and a `422` that says what differed (SPEC section 13),
+//! Fingerprints that understand JSON, and a `422` that says what differed (docs/reference.md#fingerprints),
 //! through the proxy over real sockets: a JSON body rebuilt on a retry, members left out of the
 //! fingerprint, which part of a request differed, and records stored before part digests.
 

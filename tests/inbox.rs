@@ -1,4 +1,4 @@
-//! Inbox routes over real sockets (SPEC section 11): acknowledged at once whatever the
+//! Inbox routes over real sockets (docs/reference.md#inbox-routes): acknowledged at once whatever the
 //! upstream does, delivered once each with its key, retried with backoff until dead, retried
 //! by an operator, within the route's concurrency and rate caps.
 

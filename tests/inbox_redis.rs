@@ -1,5 +1,5 @@
-//! Inbox routes on Redis and Redis Cluster, with real proxy and Redis processes (SPEC
-//! section 11): three replicas sharing one Redis deliver every acknowledged request and never
+//! Inbox routes on Redis and Redis Cluster, with real proxy and Redis processes
+//! (docs/reference.md#inbox-routes): three replicas sharing one Redis deliver every acknowledged request and never
 //! attempt one delivery twice at once; a cluster master restarted mid-run loses nothing that
 //! was acknowledged; a proxy killed with SIGKILL right after a burst, and a Redis killed and
 //! restarted from its append-only file, still deliver everything after the next start.

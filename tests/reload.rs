@@ -1,4 +1,4 @@
-//! Reloading the config without a restart (SPEC section 10), over real sockets: `POST /reload`
+//! Reloading the config without a restart (docs/reference.md#reload), over real sockets: `POST /reload`
 //! on the admin listener, `SIGHUP` to the real binary, a policy flipped under a busy keep-alive
 //! connection, and the refusals that leave the running config as it was.
 

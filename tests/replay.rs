@@ -1,5 +1,5 @@
 //! The life of a keyed request through the proxy, against a real upstream over sockets:
-//! first run, replay, refusals and the problem types of SPEC sections 3 to 5.
+//! first run, replay, refusals and the problem types of docs/reference.md#problems.
 
 mod common;
 

@@ -4,7 +4,7 @@
 //!
 //! Without Chromium on the machine the browser checks say SKIPPED and pass, unless
 //! `REQUIRE_BROWSER=1` (as CI sets it). `STATUS_PAGE_SCREENSHOT=PATH` also writes the
-//! screenshot there (the README's `docs/status-page.png` is made that way).
+//! screenshot there (the picture in docs/operations.md, `docs/status-page.png`, is made that way).
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! TLS both ways (SPEC section 9), over real sockets with certificates made for each test: the
+//! TLS both ways (docs/reference.md#tls), over real sockets with certificates made for each test: the
 //! proxy's HTTPS listener (HTTP/1.1 and h2 by ALPN, its limits and its smuggling defence kept),
 //! and `https://` upstreams behind a private CA, with and without a client certificate.
 

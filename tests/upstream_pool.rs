@@ -1,5 +1,5 @@
 //! Pooled upstream connections against upstreams that close idle keep-alive connections on
-//! their own schedule (SPEC section 14): no request is lost to a connection the upstream closed,
+//! their own schedule (docs/reference.md#upstream-connections): no request is lost to a connection the upstream closed,
 //! and a request the upstream received is never sent a second time.
 
 mod common;

@@ -1,6 +1,6 @@
 //! A randomized fault campaign against the real proxy binary, and a checker that reads every
-//! history it writes. `benches/chaos/run.sh` builds both and runs it; see the README's
-//! "Fault campaign".
+//! history it writes. `benches/chaos/run.sh` builds both and runs it; see
+//! docs/testing.md, "Fault campaign".
 //!
 //! `chaos run` starts the store, an upstream that records every operation it runs, and the
 //! proxies, then lets clients and a nemesis loose on them at once; `chaos check DIR` judges the

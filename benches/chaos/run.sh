@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fault campaign (README, "Fault campaign"): builds the proxy and the campaign, runs one
+# The fault campaign (docs/testing.md, "Fault campaign"): builds the proxy and the campaign, runs one
 # campaign and checks its histories. Exits 1 when the checker finds a forbidden second run, a
 # mismatched replay or a lost answer; 2 when the campaign could not run.
 #

@@ -1,4 +1,4 @@
-//! An inbox route's queues for operators (SPEC section 11): `GET /inbox/{route}` counts them,
+//! An inbox route's queues for operators (docs/reference.md#inbox-routes): `GET /inbox/{route}` counts them,
 //! `GET /inbox/{route}/dead` lists dead deliveries (paged by `?limit=` and `?after=<id>`),
 //! `POST /inbox/{route}/dead/{id}/retry` makes one pending again with a fresh attempt budget,
 //! and `DELETE /inbox/{route}/dead/{id}` drops one. A dead delivery is shown by what went wrong

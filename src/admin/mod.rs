@@ -48,7 +48,7 @@ pub(crate) struct AdminView {
     pub(crate) problems: Arc<ProblemBase>,
 }
 
-/// Reloads the running proxy's config (SPEC section 10): the new config's digest, or why the
+/// Reloads the running proxy's config (docs/reference.md#reload): the new config's digest, or why the
 /// running one stays.
 pub(crate) trait Reload: Send + Sync {
     fn reload(&self) -> Pin<Box<dyn Future<Output = Result<String, ConfigError>> + Send>>;
@@ -128,7 +128,7 @@ async fn require_token(State(state): State<AdminState>, request: Request, next: 
     refused
 }
 
-/// Renders the admin endpoints' own errors as problem+json (SPEC section 5), under the running
+/// Renders the admin endpoints' own errors as problem+json (docs/reference.md#problems), under the running
 /// config's problem base: the one place the admin listener turns an error into a body.
 async fn render_problems(
     State(state): State<AdminState>,

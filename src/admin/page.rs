@@ -1,4 +1,4 @@
-//! The status page (SPEC section 12): `GET /` serves one self-contained HTML page, which polls
+//! The status page (docs/reference.md#status-page): `GET /` serves one self-contained HTML page, which polls
 //! `GET /status` for its data every 2 s.
 //!
 //! The page holds no data of its own, so it loads without the admin token; its policy lets it

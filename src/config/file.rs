@@ -1,4 +1,4 @@
-//! The config file as written (SPEC section 8): raw serde structs, before any validation.
+//! The config file as written (docs/reference.md#config-file): raw serde structs, before any validation.
 //!
 //! Values that need checks serde cannot express (header names, durations, URLs) stay strings
 //! here and are wrapped in `Spanned`, so that `resolve` can name the line of a bad value. The

@@ -1,4 +1,4 @@
-//! The inbox keys of a `[defaults]` or `[[routes]]` table (SPEC section 11): `mode`,
+//! The inbox keys of a `[defaults]` or `[[routes]]` table (docs/reference.md#inbox-routes): `mode`,
 //! `inbox_ack_status` and the delivery keys, read over what a route inherits, checked as
 //! every other key is (a bad value names its file, line and key), and printed by `--check`.
 

@@ -1,4 +1,4 @@
-//! Tests of the inbox keys (SPEC section 11): defaults, inheritance, `--check`, and refusals
+//! Tests of the inbox keys (docs/reference.md#inbox-routes): defaults, inheritance, `--check`, and refusals
 //! naming the file, line and key.
 
 use std::num::NonZeroU32;

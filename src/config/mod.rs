@@ -1,4 +1,4 @@
-//! The proxy's configuration: the config file (SPEC section 8) and the command line (section 7)
+//! The proxy's configuration: the config file (docs/reference.md#config-file) and the command line (docs/reference.md#command-line)
 //! merged into one validated [`Settings`].
 //!
 //! Everything is checked before anything starts, and every problem is reported as one line that
@@ -48,7 +48,7 @@ pub fn load_str(origin: &str, text: &str, overrides: &Overrides) -> Result<Setti
     resolve::resolve(&source, raw, overrides)
 }
 
-/// Like [`load`], for a reload of a proxy running `running` (SPEC section 10): a config that
+/// Like [`load`], for a reload of a proxy running `running` (docs/reference.md#reload): a config that
 /// changes `listen`, `admin_listen`, `store`, whether the listener speaks HTTPS, or
 /// `log_format` is refused, as only a restart can change those.
 pub fn load_for_reload(overrides: &Overrides, running: &Settings) -> Result<Settings, ConfigError> {

@@ -1,4 +1,4 @@
-//! What a reload may not change (SPEC section 10): the addresses the proxy listens on, its
+//! What a reload may not change (docs/reference.md#reload): the addresses the proxy listens on, its
 //! store, whether its listener speaks HTTPS, its log format and its number of workers. Each is
 //! bound once at start (a socket, an open store, the listener's protocol, the process's log
 //! writer, the serving threads), so a new value

@@ -95,11 +95,11 @@ pub struct RouteSettings {
 impl RouteSettings {
     /// The `replay_cache_ttl` when no table sets one.
     pub const DEFAULT_REPLAY_CACHE_TTL: Duration = Duration::from_secs(1);
-    /// The `upstream_idle_timeout` when no table sets one (SPEC section 14).
+    /// The `upstream_idle_timeout` when no table sets one (docs/reference.md#upstream-connections).
     pub const DEFAULT_UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
 }
 
-/// What one client may cost the proxy (SPEC section 8, top-level keys).
+/// What one client may cost the proxy (docs/reference.md#top-level-keys).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// A client that has not sent a whole request head by then is disconnected; so is an

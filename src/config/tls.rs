@@ -1,4 +1,4 @@
-//! The TLS keys (SPEC section 9): the listener's `tls_cert` and `tls_key` (or `--tls-cert` and
+//! The TLS keys (docs/reference.md#tls): the listener's `tls_cert` and `tls_key` (or `--tls-cert` and
 //! `--tls-key`), and a route's `upstream_ca`, `upstream_client_cert` and `upstream_client_key`.
 //!
 //! Every file is read and checked here, at load, so a missing, unreadable or mismatched file

@@ -1,4 +1,4 @@
-//! An inbox route's delivery metrics (SPEC section 11), registered once per worker, and the
+//! An inbox route's delivery metrics (docs/reference.md#inbox-routes), registered once per worker, and the
 //! one log line each attempt makes.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Inbox routes (SPEC section 11): the delivery side. The request side (acknowledge, record and
+//! Inbox routes (docs/reference.md#inbox-routes): the delivery side. The request side (acknowledge, record and
 //! queue in one store step) is the idempotency layer's (`idempotency/accept.rs`); here a worker
 //! per inbox route (`worker.rs`, kept across reloads by `supervisor.rs`) claims due deliveries
 //! from the store and attempts each (`attempt.rs`) until it is delivered or dead, backing off

@@ -1,4 +1,4 @@
-//! How an inbox route delivers (SPEC section 11): what counts as delivered, how long an attempt
+//! How an inbox route delivers (docs/reference.md#inbox-routes): what counts as delivered, how long an attempt
 //! may take, how retries back off and when they stop, and how fast deliveries may go.
 
 use std::num::NonZeroU32;
@@ -28,7 +28,7 @@ pub struct DeliveryPolicy {
 }
 
 impl Default for DeliveryPolicy {
-    /// SPEC section 11's defaults.
+    /// The defaults of docs/reference.md#inbox-keys.
     fn default() -> Self {
         Self {
             deliver_success: Vec::new(),

@@ -2,7 +2,7 @@
 //! own, within `deliver_concurrency` and `deliver_rate`, until told to stop.
 //!
 //! It asks the store for due deliveries every `POLL` (so an attempt starts within 500 ms of its
-//! due time, SPEC section 11), at once when a request is queued in this process, and again
+//! due time, docs/reference.md#inbox-routes), at once when a request is queued in this process, and again
 //! straight away while claims come back full. Each claim holds the route's `lease` (at least
 //! the attempt's time-out and a margin, so a slow attempt is not claimed again meanwhile); a
 //! replica that dies mid-attempt leaves its claim to run out, and another attempt follows.

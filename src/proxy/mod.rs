@@ -2,9 +2,10 @@
 //! while it runs.
 //!
 //! What one config makes (the routes and their stacks, what the admin endpoints read) is a
-//! generation (`generation.rs`); a reload (`reload.rs`) builds the next one and swaps it in
-//! whole, while what must outlive it (the store, the replay cache, the first requests still
-//! running, the status page's record, the listener's TLS session keys) stays.
+//! generation (`generation.rs`); a reload ([`Proxy::reload`], with `reload.rs` deciding whether
+//! the new config may replace the running one) builds the next one and swaps it in whole, while
+//! what must outlive it (the store, the replay cache, the first requests still running, the
+//! status page's record, the listener's TLS session keys) stays.
 
 mod generation;
 mod reload;
@@ -113,7 +114,7 @@ impl Proxy {
         self
     }
 
-    /// Reads the config again (SPEC section 10) and, if it is valid and changes nothing that
+    /// Reads the config again (docs/reference.md#reload) and, if it is valid and changes nothing that
     /// only a restart can change, serves every request that arrives from now on with it:
     /// routes, policies, limits, secrets, keys and certificates. Requests in flight finish
     /// under the config they started with, and no connection is dropped. Returns the new

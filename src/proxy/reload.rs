@@ -1,12 +1,17 @@
-//! Reloading the config without a restart (SPEC section 10).
+//! Reloading the config without a restart (docs/reference.md#reload).
 //!
 //! On SIGHUP or `POST /reload` the config file is read again, merged with the flags and
 //! environment the process started with (their values as they were then: a reload is about the
 //! file), and checked as `--check` checks it, files named in it included. Then either the next
 //! requests are served by a generation built from it, or, for an invalid file or a change to
 //! what only a restart can change, nothing changes and the reason is logged as one line.
-//! Either way it is counted in `idempotency_config_reloads_total{result}`, kept as the last
-//! reload's outcome ([`ReloadState`]), and told to the status page.
+//! Either way it is counted in `idempotency_config_reloads_total{result}` and kept as the last
+//! reload's outcome ([`ReloadState`]).
+//!
+//! This file decides whether a config may replace the running one, and records how each reload
+//! went. The swap itself is `Proxy::reload` in `proxy.rs`: it builds the generation
+//! (`generation.rs`), hands its app to `LiveApp::replace` (`server/live.rs`), which serves every
+//! request that arrives after, and tells the status page.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;

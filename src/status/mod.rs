@@ -1,4 +1,4 @@
-//! What the admin status page shows (SPEC section 12): the process, the store, the running
+//! What the admin status page shows (docs/reference.md#status-page): the process, the store, the running
 //! config, and each route's recent activity.
 //!
 //! Requests record into their route's [`activity`](activity::RouteActivity) through the one

@@ -1,4 +1,4 @@
-//! Parsing the `--store` / `store =` value (SPEC section 6) into a backend choice.
+//! Parsing the `--store` / `store =` value (docs/reference.md#stores) into a backend choice.
 
 use std::fmt;
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! TLS both ways (SPEC section 9): the HTTPS listener, and `https://` upstreams.
+//! TLS both ways (docs/reference.md#tls): the HTTPS listener, and `https://` upstreams.
 //!
 //! - [`ListenerTls`] is the listener's certificate and key as the config names them, checked
 //!   at load (readable, PEM, the key matching the certificate); [`TlsListener`] serves

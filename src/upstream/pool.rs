@@ -28,7 +28,7 @@ use super::transport::{self, Address, CloseCheck, UpstreamIo};
 use crate::thread_slot::PerThread;
 use idempotency_core::error::BoxError;
 
-/// How a route keeps connections to its upstream (`upstream_idle_timeout`, SPEC section 14).
+/// How a route keeps connections to its upstream (`upstream_idle_timeout`, docs/reference.md#upstream-connections).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PoolSettings {
     /// A connection idle this long is closed, never used: keep it below the upstream's own.

@@ -6,6 +6,7 @@
 
 pub mod binary;
 pub mod inbox_upstream;
+pub mod markdown;
 pub mod proxy;
 pub mod tls;
 pub mod upstream;

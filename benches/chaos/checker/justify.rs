@@ -10,12 +10,12 @@
 //!   reserved the key was stopped before forwarding, the key was taken and run elsewhere, and
 //!   the stopped proxy forwarded it when it woke.
 //! - **killed holder** (allowed): the proxy that ran it was killed while it held the key, before
-//!   any client had the first answer: SPEC section 5, "a proxy that dies stops renewing, and the
-//!   key becomes free again when the lease runs out".
+//!   any client had the first answer: a proxy that dies stops renewing, and the key becomes
+//!   free again when the lease runs out (docs/reference.md#leases).
 //! - **store outage** (unsure): the store was unreachable (killed, paused, stalled or cut) while
 //!   the first run held the key: renewals could not reach it, so the lease ran out, or the
-//!   outcome could not be stored, and the proxy answered anyway. The SPEC does not say what a
-//!   proxy must do then; the campaign counts these apart.
+//!   outcome could not be stored, and the proxy answered anyway. The reference does not say what
+//!   a proxy must do then; the campaign counts these apart.
 //!
 //! Anything else is a forbidden second run.
 

@@ -1,4 +1,4 @@
-//! Everything the proxy answers by itself (SPEC section 5), as one error enum with one table of
+//! Everything the proxy answers by itself (docs/reference.md#problems), as one error enum with one table of
 //! what each is called, and the one place that reads an upstream failure into one of them.
 //!
 //! An error becomes a response in two steps. Where it happens, [`ProxyError::into_response`]
@@ -31,7 +31,7 @@ pub enum ProxyError {
     /// The route requires a key and the request has none.
     #[error("this route requires an idempotency key")]
     MissingKey,
-    /// The key is not valid (SPEC section 4).
+    /// The key is not valid (docs/reference.md#keys).
     #[error("{0}")]
     InvalidKey(#[from] KeyError),
     /// The key was used before for a different request.
@@ -164,6 +164,57 @@ impl ProxyError {
         }
     }
 
+    /// One error of each kind: what a catalogue of the proxy's answers (the reference's table
+    /// of problem types) is checked against.
+    pub fn one_of_each() -> Vec<ProxyError> {
+        let all = vec![
+            Self::MissingKey,
+            Self::InvalidKey(KeyError::Empty),
+            Self::KeyReused { differs: vec![] },
+            Self::RequestInFlight {
+                retry_after: Duration::from_secs(1),
+            },
+            Self::ResponseNotKept,
+            Self::BodyTooLarge {
+                limit: ByteSize::kib(1),
+            },
+            Self::UpstreamUnavailable,
+            Self::UpstreamTimeout,
+            Self::StoreUnavailable,
+            Self::NoRoute,
+            Self::UnreadableBody,
+            Self::BadRequest("x"),
+            Self::BadSignature("x"),
+            Self::NoRecord,
+            Self::RecordInFlight,
+            Self::NoDelivery,
+            Self::BadConfig("x".into()),
+        ];
+        // No wildcard: a kind added to the enum stops this compiling until it is listed above.
+        for error in &all {
+            match error {
+                Self::MissingKey
+                | Self::InvalidKey(_)
+                | Self::KeyReused { .. }
+                | Self::RequestInFlight { .. }
+                | Self::ResponseNotKept
+                | Self::BodyTooLarge { .. }
+                | Self::UpstreamUnavailable
+                | Self::UpstreamTimeout
+                | Self::StoreUnavailable
+                | Self::NoRoute
+                | Self::UnreadableBody
+                | Self::BadRequest(_)
+                | Self::BadSignature(_)
+                | Self::NoRecord
+                | Self::RecordInFlight
+                | Self::NoDelivery
+                | Self::BadConfig(_) => {}
+            }
+        }
+        all
+    }
+
     /// The response status.
     pub fn status(&self) -> StatusCode {
         self.meta().status
@@ -175,7 +226,7 @@ impl ProxyError {
     }
 
     /// The errors that may be stored as a request's outcome, by their problem type: the proxy's
-    /// own answers to an ambiguous upstream failure (SPEC section 3, step 5).
+    /// own answers to an ambiguous upstream failure (docs/reference.md#the-life-of-a-request, step 5).
     pub fn stored(kind: &str) -> Option<Self> {
         [Self::UpstreamUnavailable, Self::UpstreamTimeout]
             .into_iter()
@@ -293,33 +344,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_problem_type_is_distinct_and_stored_ones_read_back() {
-        let all = [
-            ProxyError::MissingKey,
-            ProxyError::InvalidKey(KeyError::Empty),
-            ProxyError::KeyReused { differs: vec![] },
-            ProxyError::RequestInFlight {
-                retry_after: Duration::from_secs(1),
-            },
-            ProxyError::ResponseNotKept,
-            ProxyError::BodyTooLarge {
-                limit: ByteSize::kib(1),
-            },
-            ProxyError::UpstreamUnavailable,
-            ProxyError::UpstreamTimeout,
-            ProxyError::StoreUnavailable,
-            ProxyError::NoRoute,
-            ProxyError::UnreadableBody,
-            ProxyError::BadRequest("x"),
-            ProxyError::BadSignature("x"),
-            ProxyError::NoDelivery,
-            ProxyError::BadConfig("x".into()),
-        ];
-        let kinds: std::collections::HashSet<_> =
-            all.iter().map(super::ProxyError::problem_type).collect();
-        assert_eq!(kinds.len(), all.len());
-        for error in all {
-            assert!(error.status().is_client_error() || error.status().is_server_error());
+    fn each_problem_type_has_one_status_and_title_and_stored_ones_read_back() {
+        let mut named = std::collections::HashMap::new();
+        for error in ProxyError::one_of_each() {
+            let meta = error.meta();
+            assert!(meta.status.is_client_error() || meta.status.is_server_error());
+            // Two kinds of error may share a type (a running request's record, refused on the
+            // proxy and on the admin listener), but then they are one problem to a client.
+            let first = named.insert(meta.kind, (meta.status, meta.title));
+            assert!(
+                first.is_none_or(|first| first == (meta.status, meta.title)),
+                "{error:?}"
+            );
             let stored = ProxyError::stored(error.problem_type());
             let storable = matches!(
                 error,

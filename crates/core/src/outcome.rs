@@ -1,4 +1,4 @@
-//! What the proxy did with a request (SPEC section 7's outcomes), as metrics, logs and the
+//! What the proxy did with a request (the outcomes of docs/reference.md#metrics), as metrics, logs and the
 //! status page name it.
 
 use std::fmt;

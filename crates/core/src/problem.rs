@@ -1,4 +1,4 @@
-//! Rendering the proxy's own answers as RFC 9457 `application/problem+json` (SPEC section 5):
+//! Rendering the proxy's own answers as RFC 9457 `application/problem+json` (docs/reference.md#problems):
 //! the problem base, and the outermost layer that renders every response carrying a
 //! [`ProxyError`].
 //!

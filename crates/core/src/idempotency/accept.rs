@@ -1,4 +1,4 @@
-//! Step 4 on an inbox route (SPEC section 11): instead of reserving the key and forwarding,
+//! Step 4 on an inbox route (docs/reference.md#inbox-routes): instead of reserving the key and forwarding,
 //! record the acknowledgement under the key and queue the request for delivery, in one store
 //! step, then answer `inbox_ack_status` with `{"delivery": "<id>"}` at once. A duplicate finds
 //! the acknowledgement and gets it replayed; the delivery worker (`crate::inbox`) does the rest,

@@ -1,4 +1,4 @@
-//! Steps 1 to 3 of a request's life (SPEC section 3): is it covered, what is its key, is its
+//! Steps 1 to 3 of a request's life (docs/reference.md#the-life-of-a-request): is it covered, what is its key, is its
 //! body within the limit (and, on routes that verify them, is its signature good); then its
 //! scope and fingerprint. It reads only the request and the policy: nothing here touches the
 //! store.

@@ -1,4 +1,4 @@
-//! The end of step 5 (SPEC section 3): what the store keeps of the first request's answer, and
+//! The end of step 5 (docs/reference.md#the-life-of-a-request): what the store keeps of the first request's answer, and
 //! storing it, or freeing the key, under the reservation the request holds.
 //!
 //! An outcome that is not stored is the one way an operation could run twice: the key frees

@@ -1,4 +1,4 @@
-//! Step 5 of a request's life (SPEC section 3): the first request with a key goes upstream, its
+//! Step 5 of a request's life (docs/reference.md#the-life-of-a-request): the first request with a key goes upstream, its
 //! lease is renewed while the upstream works, and its outcome is stored or its key freed.
 //!
 //! It runs in the request's own task, and moves to a task of its own if the client hangs up

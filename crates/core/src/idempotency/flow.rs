@@ -1,4 +1,4 @@
-//! The life of one request (SPEC section 3), top to bottom: admit it (steps 1 to 3, `admit.rs`),
+//! The life of one request (docs/reference.md#the-life-of-a-request), top to bottom: admit it (steps 1 to 3, `admit.rs`),
 //! reserve its scoped key in one store operation (step 4), then run it (step 5, `execute.rs`),
 //! replay the stored answer (step 6, `replay.rs`), wait for the first request, or refuse. Every
 //! request ends in one log line and one count (`telemetry.rs`).

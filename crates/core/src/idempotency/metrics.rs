@@ -15,7 +15,7 @@ use crate::error::{Cause, ProxyError};
 use crate::model::RouteName;
 use crate::outcome::{RequestOutcome, OUTCOMES};
 
-/// The counter of requests by route and outcome (SPEC section 7).
+/// The counter of requests by route and outcome (docs/reference.md#metrics).
 pub const REQUESTS_TOTAL: &str = "idempotency_requests_total";
 /// Store operation latency, by operation.
 pub const STORE_SECONDS: &str = "idempotency_store_operation_seconds";

@@ -83,7 +83,7 @@ pub enum AmbiguousPolicy {
     Release,
 }
 
-/// What a route does with a covered keyed request (SPEC section 11).
+/// What a route does with a covered keyed request (docs/reference.md#inbox-routes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RouteMode {

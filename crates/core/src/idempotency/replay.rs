@@ -1,4 +1,4 @@
-//! Step 6 of a request's life (SPEC section 3): a completed record back into the answer it
+//! Step 6 of a request's life (docs/reference.md#the-life-of-a-request): a completed record back into the answer it
 //! stores, byte for byte, marked as a replay.
 
 use axum_core::body::Body;

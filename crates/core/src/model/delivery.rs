@@ -1,4 +1,4 @@
-//! Inbox deliveries (SPEC section 11): a request an inbox route acknowledged and now owes its
+//! Inbox deliveries (docs/reference.md#inbox-routes): a request an inbox route acknowledged and now owes its
 //! upstream, with what its attempts so far came to.
 //!
 //! A delivery carries its scoped key (whose parsed key is sent upstream as `Idempotency-Key`)
@@ -134,7 +134,7 @@ pub struct AttemptFailure {
     pub error: Option<String>,
 }
 
-/// An inbox route's queues (SPEC section 11), as `GET /inbox/{route}` and the status page
+/// An inbox route's queues (docs/reference.md#inbox-routes), as `GET /inbox/{route}` and the status page
 /// report them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct InboxQueues {

@@ -1,4 +1,4 @@
-//! Idempotency keys as clients send them (SPEC section 4), and the scoped keys the store is
+//! Idempotency keys as clients send them (docs/reference.md#keys), and the scoped keys the store is
 //! indexed by.
 //!
 //! A header value is an RFC 9651 String (`"abc"`) or, as most clients send it, a bare token

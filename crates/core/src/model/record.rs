@@ -1,4 +1,4 @@
-//! What a store holds for a scoped key (SPEC section 2): a request still running (`in_flight`),
+//! What a store holds for a scoped key (docs/reference.md#words): a request still running (`in_flight`),
 //! or its outcome (`completed`).
 
 use std::time::SystemTime;

@@ -97,7 +97,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Checks that the store answers.
     async fn ping(&self) -> Result<(), StoreError>;
 
-    /// The same store's inbox queues, where it can keep them (SPEC section 11). Decorators
+    /// The same store's inbox queues, where it can keep them (docs/reference.md#inbox-routes). Decorators
     /// answer for themselves when what they wrap can, so inbox operations pass through them.
     fn inbox(&self) -> Option<&dyn Inbox> {
         None

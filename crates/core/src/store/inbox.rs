@@ -1,4 +1,4 @@
-//! The inbox contract (SPEC section 11): the [`Inbox`] trait a store implements when it can
+//! The inbox contract (docs/reference.md#inbox-routes): the [`Inbox`] trait a store implements when it can
 //! hold inbox routes' queues beside their records.
 //!
 //! Like [`Store`](super::Store), it is small and object-safe, and every operation is one atomic

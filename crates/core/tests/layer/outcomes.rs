@@ -1,4 +1,4 @@
-//! What the first request's outcome leaves behind (SPEC section 3, step 5), and what a
+//! What the first request's outcome leaves behind (docs/reference.md#the-life-of-a-request, step 5), and what a
 //! duplicate gets while it runs. A `tower-test` mock stands for the upstream, so the test
 //! decides when, and how, the first request ends.
 

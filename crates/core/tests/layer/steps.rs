@@ -1,4 +1,4 @@
-//! The steps of SPEC section 3 as the layer takes them: admission, reservation, replay.
+//! The steps of docs/reference.md#the-life-of-a-request as the layer takes them: admission, reservation, replay.
 
 use axum::body::Body;
 use http::{Method, Request, StatusCode};

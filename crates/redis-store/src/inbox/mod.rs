@@ -1,4 +1,4 @@
-//! Inbox queues in Redis (SPEC section 11): the [`Inbox`] operations of the Redis store, each
+//! Inbox queues in Redis (docs/reference.md#inbox-routes): the [`Inbox`] operations of the Redis store, each
 //! one Lua script (`inbox/scripts.rs`) over the keys of one queue shard
 //! (`inbox/keys.rs`).
 //!

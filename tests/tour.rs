@@ -1,0 +1,198 @@
+//! The README's one-minute tour, run as it is written: the demo upstream it starts
+//! (`examples/upstream.rs`, compiled in here), the proxy binary with the README's flags, and
+//! every `curl` command of the tour run by `sh` against them. What they print must be what the
+//! README shows, line by line (a `date:` header's value aside), so the tour cannot drift from
+//! what the proxy does.
+
+mod common;
+
+#[path = "../examples/upstream.rs"]
+#[allow(dead_code)] // its `main`: the test starts it with `serve`.
+mod demo_upstream;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::binary::start_binary;
+use common::client::TestClient;
+use common::inbox_upstream::free_addr;
+use common::markdown::{read, Block, Page};
+use tokio::net::TcpListener;
+use tokio::process::{Child, Command};
+
+const TOUR: &str = "A one-minute tour";
+/// Where the README's commands reach the proxy.
+const README_PROXY: &str = "localhost:8080";
+
+/// The tour's blocks: how to start things (`sh`), and the commands with what they print
+/// (`console`).
+fn tour() -> (Block, Block) {
+    let blocks = Page::parse(&read("README.md")).blocks;
+    let mut tour = blocks.into_iter().filter(|block| block.heading == TOUR);
+    let start = tour.next().expect("the tour starts things in a block");
+    let console = tour
+        .next()
+        .expect("the tour's commands are in a second block");
+    assert_eq!(
+        (start.info.as_str(), console.info.as_str()),
+        ("sh", "console")
+    );
+    (start, console)
+}
+
+/// The flags the tour gives the proxy after `--`, without `--upstream` (the test's own
+/// upstream takes its place), having checked that it names the demo upstream's address.
+fn proxy_flags(start: &Block) -> Vec<String> {
+    assert!(
+        start
+            .lines
+            .iter()
+            .any(|l| l.trim() == "cargo run --example upstream"),
+        "the tour no longer starts the demo upstream: {start:?}"
+    );
+    let run = start
+        .lines
+        .iter()
+        .find_map(|line| line.trim().strip_prefix("cargo run --release -- "))
+        .expect("the tour runs the proxy");
+    let mut words = run.split_whitespace().map(str::to_owned);
+    let mut flags = Vec::new();
+    while let Some(word) = words.next() {
+        if word == "--upstream" {
+            let upstream = words.next().unwrap();
+            assert_eq!(upstream, format!("http://{}", demo_upstream::DEFAULT_ADDR));
+        } else {
+            flags.push(word);
+        }
+    }
+    flags
+}
+
+/// `sh -c command`, printing into a pipe, with no HTTP proxy of the environment in the way.
+fn shell(command: &str) -> Child {
+    Command::new("sh")
+        .args(["-c", command])
+        .env_remove("http_proxy")
+        .env_remove("HTTP_PROXY")
+        .env_remove("all_proxy")
+        .env_remove("ALL_PROXY")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("sh runs")
+}
+
+async fn printed(child: Child) -> Vec<String> {
+    let output = child.wait_with_output().await.unwrap();
+    assert!(output.status.success(), "{output:?}");
+    lines(&String::from_utf8(output.stdout).unwrap())
+}
+
+/// The lines worth comparing: trimmed (curl ends header lines with `\r`), none empty.
+fn lines(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|line| line.trim().to_owned())
+        .filter(|line| !line.is_empty())
+        .collect()
+}
+
+/// Waits until the proxy holds `key` in flight, as the admin endpoint shows it: the command run
+/// in the background has reached the upstream, so the next one is its duplicate.
+async fn until_in_flight(admin: &TestClient, key: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let record = admin
+            .send("GET", &format!("/keys/default/{key}"), &[], "")
+            .await;
+        if record.status == 200 && record.json()["state"] == "in_flight" {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{key} never got in flight: {record:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The key a tour command sends (`-H 'Idempotency-Key: KEY'`).
+fn key_of(command: &str) -> &str {
+    let rest = command
+        .split("Idempotency-Key: ")
+        .nth(1)
+        .expect("a keyed command");
+    rest.split('\'').next().unwrap()
+}
+
+/// Two lines that say the same: equal, or both a `date:` header, whose value is the time.
+fn same_line(printed: &str, shown: &str) -> bool {
+    let date = |line: &str| line.to_ascii_lowercase().starts_with("date:");
+    printed == shown || (date(printed) && date(shown))
+}
+
+#[tokio::test]
+async fn the_readme_tour_prints_what_the_readme_shows() {
+    let curl = std::process::Command::new("curl").arg("--version").output();
+    assert!(
+        curl.is_ok_and(|out| out.status.success()),
+        "curl is needed to run the README's tour (.ci/run installs it)"
+    );
+    let (start, console) = tour();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(demo_upstream::serve(listener));
+    let admin_addr = free_addr();
+    let mut flags = proxy_flags(&start);
+    flags.extend(["--admin-listen".to_owned(), admin_addr.to_string()]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let (_proxy, client) = start_binary(&upstream, &flags).await;
+    let admin = TestClient::new(admin_addr);
+
+    let proxy = client.addr().to_string();
+    let (mut shown, mut got, mut background) = (Vec::new(), Vec::new(), Vec::new());
+    for line in &console.lines {
+        let Some(command) = line.strip_prefix("$ ") else {
+            shown.extend(lines(line));
+            continue;
+        };
+        let command = command.replace(README_PROXY, &proxy);
+        match command.strip_suffix(" &") {
+            Some(command) => {
+                background.push(shell(command));
+                until_in_flight(&admin, key_of(command)).await;
+            }
+            None => got.extend(printed(shell(&command)).await),
+        }
+    }
+    for child in background {
+        got.extend(printed(child).await);
+    }
+
+    // A status ends a `-w ' %{http_code}'` line, or is the second word of a `-i` status line.
+    let statuses = |lines: &[String]| {
+        let status = |line: &String| match line.strip_prefix("HTTP/") {
+            Some(rest) => rest.split(' ').nth(1)?.parse::<u16>().ok(),
+            None => line.rsplit(' ').next()?.parse::<u16>().ok(),
+        };
+        let codes = lines.iter().filter_map(status);
+        codes
+            .filter(|code| (200..600).contains(code))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        statuses(&got),
+        statuses(&shown),
+        "statuses: printed {got:#?}"
+    );
+    assert_eq!(
+        got.len(),
+        shown.len(),
+        "printed {got:#?}, the README shows {shown:#?}"
+    );
+    for (printed, shown) in got.iter().zip(&shown) {
+        assert!(
+            same_line(printed, shown),
+            "printed {printed:?}, the README shows {shown:?}"
+        );
+    }
+}
