@@ -4,9 +4,13 @@
 //! differently from the others fails by name. The Redis cases need a Redis (see
 //! `common/redis.rs`), the cluster cases `redis-server` and `redis-cli` to start a private
 //! cluster (`common/redis_cluster.rs`); without them they report `SKIPPED` unless
-//! `REQUIRE_REDIS=1`.
+//! `REQUIRE_REDIS=1`. The Valkey cases run the same store on a private Valkey and a private
+//! Valkey cluster (`VALKEY_SERVER`; `SKIPPED` without one unless `REQUIRE_VALKEY=1`), where the
+//! fenced writes are the server's own commands instead of scripts (`store_suite/fencing.rs`).
 
 mod common;
+#[path = "store_suite/fencing.rs"]
+mod fencing;
 #[path = "store_suite/inbox.rs"]
 mod inbox_cases;
 
@@ -16,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::records::{self, acquire, big_body, fp, outcome, scoped, small_body};
+use common::redis_server::Server;
 use common::temp::TempPath;
 use http::StatusCode;
 use idempotency_proxy::model::{FencingToken, Record, ScopedKey, StoredBody};
@@ -88,10 +93,26 @@ async fn sealed_redis(test: &str) -> Backend {
     Some(Arc::new(SealedStore::new(Arc::new(store), keys)))
 }
 
+/// The Redis store on the test binary's private Valkey, which takes `SET ... IFEQ` and
+/// `DELIFEQ`.
+async fn valkey(test: &str) -> Backend {
+    let (store, _) = common::redis::store_on(Server::Valkey, test).await?;
+    Some(Arc::new(store))
+}
+
 /// A store on the test binary's private Redis Cluster, under a prefix of its own.
 async fn cluster(test: &str) -> Backend {
+    cluster_of(Server::Redis, test).await
+}
+
+/// A store on the test binary's private Valkey cluster, under a prefix of its own.
+async fn valkey_cluster(test: &str) -> Backend {
+    cluster_of(Server::Valkey, test).await
+}
+
+async fn cluster_of(server: Server, test: &str) -> Backend {
     // Starting the cluster blocks for a few seconds, once; the runtime is multi-threaded.
-    let cluster = tokio::task::block_in_place(common::redis_cluster::shared)?;
+    let cluster = tokio::task::block_in_place(|| common::redis_cluster::shared_on(server))?;
     let prefix = common::redis::unique_prefix(test);
     let store = RedisStore::connect_cluster(&cluster.seeds(), &prefix)
         .await
@@ -157,6 +178,8 @@ store_suite!(cached);
 store_suite!(redis);
 store_suite!(redis_script);
 store_suite!(cluster);
+store_suite!(valkey);
+store_suite!(valkey_cluster);
 
 inbox_suite!(memory_inbox => memory);
 inbox_suite!(file_inbox => file);
@@ -167,6 +190,8 @@ inbox_suite!(redis_script_inbox => redis_script);
 inbox_suite!(redis_sharded_inbox => redis_sharded);
 inbox_suite!(sealed_redis_inbox => sealed_redis);
 inbox_suite!(cluster_inbox => cluster);
+inbox_suite!(valkey_inbox => valkey);
+inbox_suite!(valkey_cluster_inbox => valkey_cluster);
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -465,10 +490,21 @@ async fn pttl(conn: &mut ::redis::aio::MultiplexedConnection, key: &str) -> i64 
 
 #[tokio::test]
 async fn redis_keeps_one_key_per_record_under_the_prefix_with_its_expiry() {
-    let Some((store, prefix)) = common::redis::store_with_prefix("layout").await else {
+    keeps_one_key_per_record_under_the_prefix_with_its_expiry(Server::Redis).await;
+}
+
+/// On Valkey the completion is `SET ... IFEQ ... PX`: the record must keep an expiry there too.
+#[tokio::test]
+async fn valkey_keeps_one_key_per_record_under_the_prefix_with_its_expiry() {
+    keeps_one_key_per_record_under_the_prefix_with_its_expiry(Server::Valkey).await;
+}
+
+async fn keeps_one_key_per_record_under_the_prefix_with_its_expiry(server: Server) {
+    let Some((store, prefix)) = common::redis::store_on(server, "layout").await else {
         return;
     };
-    let mut conn = common::redis::connection().await.unwrap();
+    let url = common::redis::shared_url(server).await.unwrap();
+    let mut conn = common::redis::connection_to(&url).await;
     let name = redis_key(&prefix, &key());
     let token = acquire(&store, &key(), Duration::from_secs(10)).await;
     let left = pttl(&mut conn, &name).await;
@@ -487,10 +523,20 @@ async fn redis_keeps_one_key_per_record_under_the_prefix_with_its_expiry() {
 
 #[tokio::test]
 async fn redis_reports_a_corrupt_value_instead_of_panicking() {
-    let Some((store, prefix)) = common::redis::store_with_prefix("corrupt").await else {
+    reports_a_corrupt_value_instead_of_panicking(Server::Redis).await;
+}
+
+#[tokio::test]
+async fn valkey_reports_a_corrupt_value_instead_of_panicking() {
+    reports_a_corrupt_value_instead_of_panicking(Server::Valkey).await;
+}
+
+async fn reports_a_corrupt_value_instead_of_panicking(server: Server) {
+    let Some((store, prefix)) = common::redis::store_on(server, "corrupt").await else {
         return;
     };
-    let mut conn = common::redis::connection().await.unwrap();
+    let url = common::redis::shared_url(server).await.unwrap();
+    let mut conn = common::redis::connection_to(&url).await;
     let name = redis_key(&prefix, &key());
     let garbage: &[u8] = b"\x01\x01not a record";
     let _: () = ::redis::cmd("SET")
