@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use idempotency_proxy::model::Record;
+use idempotency_proxy::model::{CompletedRecord, Record};
 use idempotency_proxy::store::redis::{FenceCommand, FenceCommands};
 use idempotency_proxy::store::{Fenced, RedisStore, Store};
 use redis::aio::MultiplexedConnection;
@@ -60,6 +60,24 @@ async fn until_expired(conn: &mut MultiplexedConnection, name: &str) {
     }
 }
 
+/// One of each fenced write, each answered `Applied`: a holder renews and completes
+/// `{name}-done`, another releases `{name}-freed`. Answers the completed record.
+async fn renew_complete_release(store: &dyn Store, name: &str) -> CompletedRecord {
+    let (done, freed) = (key(&format!("{name}-done")), key(&format!("{name}-freed")));
+    let holder = acquire(store, &done, LONG).await;
+    let renewed = store.renew(&done, holder, LONG).await.unwrap();
+    assert_eq!(renewed, Fenced::Applied);
+    let completed = outcome(holder, small_body());
+    let stored = store.complete(&done, &completed, LONG).await.unwrap();
+    assert_eq!(stored, Fenced::Applied);
+    let holder = acquire(store, &freed, LONG).await;
+    assert_eq!(
+        store.release(&freed, holder).await.unwrap(),
+        Fenced::Applied
+    );
+    completed
+}
+
 /// A holder renews, completes and releases; another, whose lease ran out and whose key was
 /// reserved again, is fenced off: each by Valkey's own commands, never a script.
 #[tokio::test]
@@ -71,22 +89,8 @@ async fn valkey_fences_with_its_own_commands() {
     let mut conn = connection_to(&valkey.url()).await;
     assert_eq!(store.fence_commands(), NOTHING_LEARNED);
 
-    let (done, freed, retaken) = (key("done"), key("freed"), key("retaken"));
-    let holder = acquire(&store, &done, LONG).await;
-    assert_eq!(
-        store.renew(&done, holder, LONG).await.unwrap(),
-        Fenced::Applied
-    );
-    let completed = outcome(holder, small_body());
-    assert_eq!(
-        store.complete(&done, &completed, LONG).await.unwrap(),
-        Fenced::Applied
-    );
-    let holder = acquire(&store, &freed, LONG).await;
-    assert_eq!(
-        store.release(&freed, holder).await.unwrap(),
-        Fenced::Applied
-    );
+    let completed = renew_complete_release(&store, "one").await;
+    let retaken = key("retaken");
     let late = acquire(&store, &retaken, SHORT).await;
     until_expired(&mut conn, &format!("fence:{}", retaken.storage_key())).await;
     let current = acquire(&store, &retaken, LONG).await;
@@ -110,7 +114,7 @@ async fn valkey_fences_with_its_own_commands() {
     let (record, left) = store.get(&retaken).await.unwrap().unwrap();
     assert!(matches!(record, Record::InFlight(r) if r.token == current));
     assert!(left > LONG / 2 && left <= LONG, "{left:?} left");
-    let (record, _) = store.get(&done).await.unwrap().unwrap();
+    let (record, _) = store.get(&key("one-done")).await.unwrap().unwrap();
     assert_eq!(record, Record::Completed(completed));
 }
 
@@ -137,25 +141,7 @@ async fn redis_7_fences_with_scripts_once_it_refused_the_native_commands() {
     }
     let store = RedisStore::connect(&redis.url(), "fence:").await.unwrap();
     for round in ["first", "second"] {
-        let (done, freed) = (
-            key(&format!("{round}-done")),
-            key(&format!("{round}-freed")),
-        );
-        let holder = acquire(&store, &done, LONG).await;
-        assert_eq!(
-            store.renew(&done, holder, LONG).await.unwrap(),
-            Fenced::Applied
-        );
-        let completed = outcome(holder, small_body());
-        assert_eq!(
-            store.complete(&done, &completed, LONG).await.unwrap(),
-            Fenced::Applied
-        );
-        let holder = acquire(&store, &freed, LONG).await;
-        assert_eq!(
-            store.release(&freed, holder).await.unwrap(),
-            Fenced::Applied
-        );
+        renew_complete_release(&store, round).await;
     }
 
     let scripts = FenceCommands {
@@ -186,22 +172,7 @@ async fn a_valkey_cluster_fences_with_its_own_commands() {
         .await
         .unwrap();
     for n in 0..8 {
-        let (done, freed) = (key(&format!("done-{n}")), key(&format!("freed-{n}")));
-        let holder = acquire(&store, &done, LONG).await;
-        assert_eq!(
-            store.renew(&done, holder, LONG).await.unwrap(),
-            Fenced::Applied
-        );
-        let completed = outcome(holder, small_body());
-        assert_eq!(
-            store.complete(&done, &completed, LONG).await.unwrap(),
-            Fenced::Applied
-        );
-        let holder = acquire(&store, &freed, LONG).await;
-        assert_eq!(
-            store.release(&freed, holder).await.unwrap(),
-            Fenced::Applied
-        );
+        renew_complete_release(&store, &format!("key-{n}")).await;
     }
     let native = FenceCommands {
         write: Some(FenceCommand::SetIfEq),
