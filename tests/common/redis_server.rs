@@ -106,7 +106,7 @@ macro_rules! on_each_server {
 }
 
 pub struct RedisServer {
-    server: Server,
+    /// The server's program, `redis-server` or a Valkey.
     program: String,
     port: u16,
     child: Option<Child>,
@@ -143,7 +143,6 @@ impl RedisServer {
         let mut last_error = String::new();
         for _ in 0..PORT_ATTEMPTS {
             let mut started = RedisServer {
-                server,
                 program: program.clone(),
                 port: free_port(),
                 child: None,
@@ -155,10 +154,6 @@ impl RedisServer {
             }
         }
         panic!("could not start {program} after {PORT_ATTEMPTS} attempts: {last_error}");
-    }
-
-    pub fn server(&self) -> Server {
-        self.server
     }
 
     pub fn url(&self) -> String {
