@@ -5,7 +5,8 @@
 //! restarted from its append-only file, still deliver everything after the next start.
 //!
 //! The shared Redis (`REDIS_URL`) is used under a route name no other run shares; the cluster
-//! and the durable Redis are processes of the test's own, stopped by PID.
+//! and the durable Redis are processes of the test's own, stopped by PID. Every case runs on
+//! Redis (`on_redis::`) and on Valkey (`on_valkey::`, its one shared server a private one too).
 
 mod common;
 
@@ -15,15 +16,23 @@ use common::binary::{exit_code, sigkill, sigterm, start_binary};
 use common::client::TestClient;
 use common::inbox_upstream::InboxUpstream;
 use common::redis_cluster::RedisCluster;
-use common::redis_server::RedisServer;
+use common::redis_server::{RedisServer, Server};
 use common::temp::TempPath;
 use idempotency_core::model::RouteName;
 use idempotency_proxy::store::DEFAULT_PREFIX;
 use idempotency_proxy::store::{RedisStore, Store};
+use idempotency_test_support::on_each_server;
 use tokio::process::Child;
 use tokio::time::Instant;
 
 const WAIT: Duration = Duration::from_secs(60);
+
+on_each_server!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    three_replicas_on_one_redis_deliver_everything_one_attempt_at_a_time,
+    a_cluster_master_restarted_mid_run_loses_no_acknowledged_delivery,
+    a_killed_proxy_and_a_killed_redis_still_deliver_every_acknowledgement,
+);
 
 /// One test at a time: each starts Redis servers of its own (or a cluster) and several
 /// proxies, and kills some of them; run together on a small machine, their time-outs and
@@ -147,12 +156,11 @@ async fn stop(children: Vec<Child>) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_replicas_on_one_redis_deliver_everything_one_attempt_at_a_time() {
+async fn three_replicas_on_one_redis_deliver_everything_one_attempt_at_a_time(server: Server) {
     let _alone = ONE_AT_A_TIME.lock().await;
-    if common::redis::connection().await.is_none() {
+    let Some(url) = common::redis::shared_url(server).await else {
         return;
-    }
+    };
     let route = unique_route("replicas");
     let upstream = InboxUpstream::start().await;
     // Refused at first, so deliveries are retried, by whichever replica claims them next.
@@ -160,7 +168,6 @@ async fn three_replicas_on_one_redis_deliver_everything_one_attempt_at_a_time() 
     upstream.take(Duration::from_millis(50));
     let file = TempPath::new(&format!("{route}.toml"));
     config(&file, &route, &upstream.url(), "deliver_concurrency = 8");
-    let url = common::redis::url();
     let (children, clients) = replicas(3, &url, &file, &upstream.url()).await;
     let (acked, refused) = burst(&clients, keys("replica", 90)).await;
     assert!(refused.is_empty(), "not acknowledged: {refused:?}");
@@ -182,10 +189,9 @@ async fn three_replicas_on_one_redis_deliver_everything_one_attempt_at_a_time() 
     stop(children).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_master_restarted_mid_run_loses_no_acknowledged_delivery() {
+async fn a_cluster_master_restarted_mid_run_loses_no_acknowledged_delivery(server: Server) {
     let _alone = ONE_AT_A_TIME.lock().await;
-    let started = tokio::task::spawn_blocking(|| RedisCluster::start(true));
+    let started = tokio::task::spawn_blocking(move || RedisCluster::start_on(server, true));
     let Some(mut cluster) = started.await.unwrap() else {
         return;
     };
@@ -228,11 +234,10 @@ async fn a_cluster_master_restarted_mid_run_loses_no_acknowledged_delivery() {
     stop(children).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_proxy_and_a_killed_redis_still_deliver_every_acknowledgement() {
+async fn a_killed_proxy_and_a_killed_redis_still_deliver_every_acknowledgement(server: Server) {
     let _alone = ONE_AT_A_TIME.lock().await;
     let dir = std::env::temp_dir().join(unique_route("idempotency-proxy-aof"));
-    let Some(mut redis) = RedisServer::start_durable(dir.clone()).await else {
+    let Some(mut redis) = RedisServer::start_durable_on(server, dir.clone()).await else {
         return;
     };
     let route = unique_route("kill");

@@ -2,6 +2,8 @@
 //!
 //! Each test runs its own `redis-server` (see `common/redis_server.rs`) so it can kill it, and
 //! each is bounded in time as a whole: a hang fails the test instead of stalling the suite.
+//! Every case runs twice, on Redis (`on_redis::`) and on Valkey (`on_valkey::`), where the
+//! store's fenced writes are the server's own commands instead of scripts.
 
 mod common;
 
@@ -15,14 +17,26 @@ use bytes::Bytes;
 use common::client::{Answer, TestClient};
 use common::proxy::TestProxy;
 use common::redis::{unique_prefix, Relay};
-use common::redis_server::RedisServer;
+use common::redis_server::{RedisServer, Server};
 use common::upstream::TestUpstream;
 use idempotency_proxy::store::{RedisStore, Store};
+use idempotency_test_support::on_each_server;
 use tokio::time::Instant;
 
 const BODY: &str = r#"{"amount":42}"#;
 /// Replays come from the store, not from the proxy's local copy of recent records.
 const NO_CACHE: &str = "replay_cache_ttl = \"0s\"";
+
+on_each_server!(
+    #[tokio::test]
+    fail_closed_refuses_while_redis_is_dead_and_recovers_by_itself,
+    fail_open_forwards_while_redis_is_dead_and_counts_it,
+    restart_mid_stream_gives_correct_answers_or_clean_refusals,
+    hung_redis_gets_503_within_the_operation_timeout,
+    stalled_redis_refuses_then_serves_the_refused_keys_when_it_resumes,
+    a_corrupt_record_is_refused_even_under_fail_open,
+    a_recent_replay_is_answered_from_memory_while_redis_hangs,
+);
 
 /// Runs a test body, failing it if it does not finish in time.
 async fn bounded<T>(limit: Duration, body: impl Future<Output = T>) -> T {
@@ -98,9 +112,8 @@ fn assert_store_unavailable(answer: &Answer) {
     assert_eq!(answer.problem_type(), "store-unavailable");
 }
 
-#[tokio::test]
-async fn fail_closed_refuses_while_redis_is_dead_and_recovers_by_itself() {
-    let Some(mut redis) = RedisServer::start().await else {
+async fn fail_closed_refuses_while_redis_is_dead_and_recovers_by_itself(server: Server) {
+    let Some(mut redis) = RedisServer::start_on(server).await else {
         return;
     };
     let upstream = TestUpstream::start().await;
@@ -132,9 +145,8 @@ async fn fail_closed_refuses_while_redis_is_dead_and_recovers_by_itself() {
     .await;
 }
 
-#[tokio::test]
-async fn fail_open_forwards_while_redis_is_dead_and_counts_it() {
-    let Some(mut redis) = RedisServer::start().await else {
+async fn fail_open_forwards_while_redis_is_dead_and_counts_it(server: Server) {
+    let Some(mut redis) = RedisServer::start_on(server).await else {
         return;
     };
     let upstream = TestUpstream::start().await;
@@ -215,9 +227,8 @@ fn key_name(key: usize) -> String {
 ///   durable as the store; a Redis that loses data gives up this promise for the keys it lost.
 ///   What the fencing still guarantees is that a worker from before the outage cannot write its
 ///   outcome over a record created after it, so every replay matches an answer of that key.
-#[tokio::test]
-async fn restart_mid_stream_gives_correct_answers_or_clean_refusals() {
-    let Some(mut redis) = RedisServer::start().await else {
+async fn restart_mid_stream_gives_correct_answers_or_clean_refusals(server: Server) {
+    let Some(mut redis) = RedisServer::start_on(server).await else {
         return;
     };
     let upstream = TestUpstream::start().await;
@@ -367,9 +378,8 @@ async fn restart_mid_stream_gives_correct_answers_or_clean_refusals() {
     );
 }
 
-#[tokio::test]
-async fn hung_redis_gets_503_within_the_operation_timeout() {
-    let Some(redis) = RedisServer::start().await else {
+async fn hung_redis_gets_503_within_the_operation_timeout(server: Server) {
+    let Some(redis) = RedisServer::start_on(server).await else {
         return;
     };
     let target = format!("127.0.0.1:{}", redis.port());
@@ -422,9 +432,8 @@ async fn hung_redis_gets_503_within_the_operation_timeout() {
 /// refused requests and runs them once it resumes; those must not hold the keys afterwards, or
 /// a client retrying after its `503` would be told `409 request-in-flight` until the lease ran
 /// out, for a request that never ran.
-#[tokio::test]
-async fn stalled_redis_refuses_then_serves_the_refused_keys_when_it_resumes() {
-    let Some(redis) = RedisServer::start().await else {
+async fn stalled_redis_refuses_then_serves_the_refused_keys_when_it_resumes(server: Server) {
+    let Some(redis) = RedisServer::start_on(server).await else {
         return;
     };
     let upstream = TestUpstream::start().await;
@@ -470,16 +479,14 @@ async fn stalled_redis_refuses_then_serves_the_refused_keys_when_it_resumes() {
     .await;
 }
 
-#[tokio::test]
-async fn a_corrupt_record_is_refused_even_under_fail_open() {
-    let Some(mut conn) = common::redis::connection().await else {
+async fn a_corrupt_record_is_refused_even_under_fail_open(server: Server) {
+    let Some(url) = common::redis::shared_url(server).await else {
         return;
     };
+    let mut conn = common::redis::connection_to(&url).await;
     let upstream = TestUpstream::start().await;
     let prefix = unique_prefix("corrupt");
-    let store = RedisStore::connect(&common::redis::url(), &prefix)
-        .await
-        .unwrap();
+    let store = RedisStore::connect(&url, &prefix).await.unwrap();
     let toml = format!(
         "upstream = \"{}\"\n[defaults]\non_store_error = \"fail_open\"\n",
         upstream.url()
@@ -502,9 +509,8 @@ async fn a_corrupt_record_is_refused_even_under_fail_open() {
     );
 }
 
-#[tokio::test]
-async fn a_recent_replay_is_answered_from_memory_while_redis_hangs() {
-    let Some(redis) = RedisServer::start().await else {
+async fn a_recent_replay_is_answered_from_memory_while_redis_hangs(server: Server) {
+    let Some(redis) = RedisServer::start_on(server).await else {
         return;
     };
     let target = format!("127.0.0.1:{}", redis.port());

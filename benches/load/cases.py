@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from servers import Bare, Nginx, Proxy, Upstream
+from stores import RedisCluster, ValkeyServer
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,13 @@ def all_cases(redis_url):
              (throughput(0.55), p99(1.5), small)),
         Case("ours-keyed-file", "ours keyed first, file", Proxy(file), KEYED,
              (throughput(0.4), small)),
+        # The same Redis store on servers of the run's own (stores.py): a Valkey 9, whose fenced
+        # writes are its own SET ... IFEQ and DELIFEQ instead of scripts, and a cluster of three
+        # Redis masters, the smallest that spreads keys over machines.
+        Case("ours-keyed-valkey", "ours keyed first, Valkey", Proxy(ValkeyServer()), KEYED,
+             (throughput(0.6), p99(1.5), small)),
+        Case("ours-keyed-cluster", "ours keyed first, Redis Cluster (3 masters)",
+             Proxy(RedisCluster()), KEYED, (small,)),
         # An inbox route (`mode = "inbox"`, inbox.proxy.toml): each keyed POST is stored with
         # its key and acknowledged 202; the proxy delivers it to the same upstream in the
         # background meanwhile, and those deliveries are part of the measured cost.

@@ -18,7 +18,8 @@ with `perf record` for a few seconds in the middle of the measured window (flame
 
 Only loopback addresses are used. Every process started here is stopped at the end, on
 failure, Ctrl-C and SIGTERM too. Records written to Redis carry this run's key prefix and are
-deleted afterwards; nothing else in Redis is touched.
+deleted afterwards; nothing else in Redis is touched. The Valkey and the Redis Cluster of the
+Valkey and cluster cases are the run's own (stores.py), emptied after each measured run.
 """
 
 import sys
@@ -96,8 +97,9 @@ def print_report(settings, cases, elapsed_s):
     print(f"\n{setup}; ratios are to nginx pass-through of the same round (median of the "
           f"per-round ratios); {elapsed_s:.0f}s in all.\n")
     print(report.main_table(cases, summaries))
-    print("\nCPU per request of the other processes in the same windows (Redis: the whole "
-          "server, whoever else uses it):\n")
+    print("\nCPU per request of the other processes in the same windows (Redis/Valkey: the "
+          "whole store server, whoever else uses the shared Redis; the run's own Valkey; all "
+          "three cluster masters):\n")
     print(report.cpu_table(cases, summaries))
     compared = report.versus_table(cases, summaries)
     if compared:

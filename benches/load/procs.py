@@ -18,6 +18,10 @@ import urllib.request
 CLOCK_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 
 
+class NotStarted(Exception):
+    """The server under test did not come up; the case is reported as skipped, with this reason."""
+
+
 class Interrupted(Exception):
     """SIGINT or SIGTERM reached the driver; everything it started must be stopped."""
 

@@ -11,8 +11,9 @@ import os
 import platform
 import statistics
 
-# The processes besides the server under test whose CPU per request is reported.
-OTHERS = (("upstream", "upstream"), ("redis", "Redis"), ("wrk", "wrk"))
+# The processes besides the server under test whose CPU per request is reported. The store
+# server is the shared Redis, or the run's own Valkey or cluster masters (all of them).
+OTHERS = (("upstream", "upstream"), ("redis", "Redis/Valkey"), ("wrk", "wrk"))
 
 
 def median(values):

@@ -13,6 +13,7 @@
 #   BENCH_PROXY_BIN_B=path  (a second build: every case of ours also runs as "<case> (B)")
 #   BENCH_BARE_BIN=path  (the floor, bare_proxy.rs; default target/release/examples/bare-proxy)
 #   BENCH_CHART=benches/load/results/chart.svg  (results.json is written next to it)
+#   VALKEY_SERVER=path  (the Valkey case's server; default: the one .ci/fetch-valkey fetches)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -36,6 +37,14 @@ fi
 if [ -z "${BENCH_BARE_BIN:-}" ]; then
     echo "[bench] cargo build --release --example bare-proxy" >&2
     (cd "$root" && cargo build --release --quiet --example bare-proxy)
+fi
+
+if [ -z "${VALKEY_SERVER:-}" ]; then
+    if VALKEY_SERVER="$("$root/.ci/fetch-valkey" 2>/dev/null)"; then
+        export VALKEY_SERVER
+    else
+        echo "[bench] no Valkey could be fetched (.ci/fetch-valkey): its case is skipped" >&2
+    fi
 fi
 
 exec python3 -B "$here/driver.py" "$@"

@@ -2,8 +2,9 @@
 
 The measured window is wrk's run after the warm-up. At its start and end the CPU time of the
 server under test is read (for nginx, master and workers), and of what it leans on: the
-upstream, the Redis the run uses (found by `INFO server`'s `process_id`) and wrk itself. Each is
-divided by the requests wrk completed in the window, giving CPU microseconds per request.
+upstream, the Redis the run uses (found by `INFO server`'s `process_id`; or the run's own Valkey
+or cluster masters, stores.py) and wrk itself. Each is divided by the requests wrk completed in
+the window, giving CPU microseconds per request.
 """
 
 import os
@@ -91,14 +92,18 @@ class Runner:
             return self.measured_window(case, server, key_prefix, during)
         finally:
             server.stop()
-            if case.uses_redis:
+            if server.store is not None:
+                server.store.flush()
+            elif case.uses_redis:
                 self.forget_redis_keys(key_prefix, case)
 
     def measured_window(self, case, server, key_prefix, during):
         watched = {"server": server.pids}
         if server is not self.fixtures.upstream:
             watched["upstream"] = self.fixtures.upstream.pids
-        if case.uses_redis and self.redis_pid is not None:
+        if server.store is not None:
+            watched["redis"] = server.store.pids
+        elif case.uses_redis and self.redis_pid is not None:
             watched["redis"] = [self.redis_pid]
         delivered_before = delivered(server)
         before = {name: cpu_seconds(pids) for name, pids in watched.items()}

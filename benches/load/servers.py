@@ -12,13 +12,9 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from procs import free_port, wait_ready, with_children
+from procs import NotStarted, free_port, wait_ready, with_children
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-class NotStarted(Exception):
-    """The server under test did not come up; the case is reported as skipped, with this reason."""
 
 
 @dataclass
@@ -29,6 +25,7 @@ class Running:
     stop: Callable[[], None] = field(default=lambda: None)
     scheme: str = "http"
     admin_port: Optional[int] = None  # the proxy's admin listener, if its config opens one
+    store: Optional[object] = None  # the run's own store server it uses (stores.Started), if any
 
 
 @dataclass
@@ -41,6 +38,13 @@ class Fixtures:
     proxy_bins: dict
     upstream: Optional[Running] = None
     run_id: str = "run"  # this run's id, @RUN@ in templates
+    stores: dict = field(default_factory=dict)  # store server spec -> stores.Started
+
+    def store(self, spec):
+        """The run's store server of this spec, started on first use and kept for the run."""
+        if spec not in self.stores:
+            self.stores[spec] = spec.start(self, f"store-{len(self.stores)}")
+        return self.stores[spec]
 
     def render(self, template, name, **values):
         with open(os.path.join(HERE, template)) as f:
@@ -141,7 +145,9 @@ class Proxy:
     """The proxy with one store; more flags, or a config template given as `--config`; with
     `tls`, listening over HTTPS with the run's certificate."""
 
-    store: str  # --store; "@PREFIX@" stands for the run's scratch directory
+    # --store ("@PREFIX@" stands for the run's scratch directory), or a store server of the
+    # run's own (stores.py)
+    store: object
     args: tuple = ()
     config: Optional[str] = None
     build: str = "A"  # which of the proxy binaries
@@ -149,7 +155,8 @@ class Proxy:
 
     def start(self, fixtures, name):
         port = free_port()
-        store = self.store.replace("@PREFIX@", fixtures.tmp)
+        own_store = None if isinstance(self.store, str) else fixtures.store(self.store)
+        store = own_store.url if own_store else self.store.replace("@PREFIX@", fixtures.tmp)
         argv = [fixtures.proxy_bins[self.build], "--listen", f"127.0.0.1:{port}",
                 "--upstream", f"http://127.0.0.1:{fixtures.upstream.port}", "--store", store,
                 *self.args]
@@ -179,11 +186,12 @@ class Proxy:
             if store.startswith("file:"):
                 _remove(store[len("file:"):])
 
-        return Running(port, [process.pid], process.pid, stop, scheme, admin_port)
+        return Running(port, [process.pid], process.pid, stop, scheme, admin_port, own_store)
 
     @property
     def uses_redis(self):
-        return self.store.startswith("redis")
+        """Whether it uses the shared Redis (BENCH_REDIS_URL)."""
+        return isinstance(self.store, str) and self.store.startswith("redis")
 
 
 def _remove(path):

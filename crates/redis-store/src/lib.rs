@@ -23,6 +23,8 @@
 
 mod cluster;
 mod commands;
+mod fenced;
+mod held;
 mod inbox;
 mod per_thread;
 mod scripts;
@@ -30,4 +32,4 @@ mod store;
 
 pub use cluster::{ClusterLink, RedisClusterStore};
 pub use per_thread::PerThread;
-pub use store::{RedisConnection, RedisStore, DEFAULT_PREFIX};
+pub use store::{FenceCommand, FenceCommands, RedisConnection, RedisStore, DEFAULT_PREFIX};

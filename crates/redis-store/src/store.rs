@@ -10,10 +10,13 @@
 //!   lease if the key is free, and otherwise answers what is there, in one native command (a
 //!   script doing the same is the fallback for Redis before 7.0). Doing the read and the write
 //!   from Rust would let two replicas both see "nothing there" and both forward the request.
-//! - `renew`, `complete` and `release` are scripts that act only while the value still starts
-//!   with the holder's `FencingToken::in_flight_prefix()`. A holder whose lease ran out, and whose
-//!   key was taken by someone else (or completed), is told `LeaseLost` and writes nothing. They
-//!   read the prefix with `GETRANGE`, so checking a large completed record costs ten bytes.
+//! - `renew`, `complete` and `release` act only while the key still holds the holder's
+//!   in-flight record. A holder whose lease ran out, and whose key was taken by someone else (or
+//!   completed), is told `LeaseLost` and writes nothing. Where the server has them (Valkey 8.1
+//!   and 9.0, Redis 8.4) they are its own commands, `SET ... IFEQ` and `DELIFEQ` or `DELEX`,
+//!   comparing the whole record the reservation wrote (`fenced`); elsewhere they are scripts
+//!   comparing the value's first bytes with the holder's `FencingToken::in_flight_prefix()`,
+//!   read with `GETRANGE`, so checking a large completed record costs ten bytes.
 //! - `get` is a script returning the value and its `PTTL` together, so the remaining time always
 //!   belongs to the value returned.
 //! - `remove` is `DEL`, `ping` is `PING` (on a cluster: every master answers).
@@ -41,14 +44,17 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, RedisError};
 
 use crate::commands::{decode, millis, refused_syntax, set_if_absent, with_time_left};
+use crate::fenced::{FencedWrite, Fencing};
 use crate::inbox::{InboxLayout, Resting, CLUSTER_SHARDS};
 use crate::per_thread::{Connect, PerThread};
-use crate::scripts::{Lua, COMPLETE, GET, RELEASE, REMOVE, RENEW, RESERVE};
+use crate::scripts::{GET, RELEASE, REMOVE, RESERVE};
 use idempotency_core::model::{
     CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, ScopedKey,
 };
 use idempotency_core::store::Inbox;
 use idempotency_core::store::{Fenced, Removal, Removed, Reservation, Store, StoreError};
+
+pub use crate::fenced::{FenceCommand, FenceCommands};
 
 /// What every key the proxy writes starts with, unless the operator picks another prefix.
 pub const DEFAULT_PREFIX: &str = "idempotency-proxy:";
@@ -97,6 +103,8 @@ pub struct RedisStore<C = PerThread<ConnectionManager>> {
     /// Whether Redis takes `SET ... NX GET` (7.0 and later); when it refuses the syntax once,
     /// every replica of this store reserves with the script from then on.
     native_reserve: Arc<AtomicBool>,
+    /// Which commands the server takes for fenced writes, and the records they compare.
+    fencing: Arc<Fencing>,
     /// How inbox queues are split into shards and named (`inbox/keys.rs`).
     pub(crate) inbox: InboxLayout,
     /// Which shard the next inbox claim starts at.
@@ -150,6 +158,7 @@ impl<C: RedisConnection> RedisStore<C> {
             op_timeout: DEFAULT_OP_TIMEOUT,
             topology,
             native_reserve: Arc::new(AtomicBool::new(true)),
+            fencing: Arc::default(),
             inbox,
             cursor: Arc::default(),
             resting: Arc::default(),
@@ -168,6 +177,12 @@ impl<C: RedisConnection> RedisStore<C> {
     pub fn reserving_by_script(self) -> Self {
         self.native_reserve.store(false, Ordering::Relaxed);
         self
+    }
+
+    /// What the fenced writes (renewals, completions, releases) use, as learned from the server's
+    /// answers so far.
+    pub fn fence_commands(&self) -> FenceCommands {
+        self.fencing.commands()
     }
 
     /// Bounds every operation, including any wait for a reconnect (default 2s).
@@ -230,28 +245,22 @@ impl<C: RedisConnection> RedisStore<C> {
         });
     }
 
-    /// Runs one of the fencing scripts: it answers 1 when the holder's prefix was still there.
+    /// Makes a fenced write, natively where the server can (`fenced`).
     async fn fenced(
         &self,
-        script: &'static Lua,
         key: &ScopedKey,
         token: FencingToken,
-        rest: &[&[u8]],
+        write: FencedWrite<'_>,
     ) -> Result<Fenced, StoreError> {
-        let holder = token.in_flight_prefix();
-        let args: Vec<&[u8]> = [&holder[..]]
-            .into_iter()
-            .chain(rest.iter().copied())
-            .collect();
-        let call = script.on(self.key(key), &args);
-        let applied: i64 = self
-            .run(|mut conn| async move { call.run(&mut conn).await })
+        let (name, fencing) = (self.key(key), &*self.fencing);
+        let held = fencing.held(token, write);
+        let fenced = self
+            .run(|mut conn| async move { fencing.write(&mut conn, name, token, held, write).await })
             .await?;
-        Ok(if applied == 1 {
-            Fenced::Applied
-        } else {
-            Fenced::LeaseLost
-        })
+        if !matches!(write, FencedWrite::Renew { .. }) {
+            fencing.forget(token);
+        }
+        Ok(fenced)
     }
 }
 
@@ -262,6 +271,7 @@ impl<C> fmt::Debug for RedisStore<C> {
             .field("topology", &self.topology)
             .field("prefix", &self.prefix)
             .field("op_timeout", &self.op_timeout)
+            .field("fencing", &self.fencing.commands())
             .finish_non_exhaustive()
     }
 }
@@ -326,7 +336,10 @@ impl<C: RedisConnection> Store for RedisStore<C> {
             }
         };
         match existing {
-            None => Ok(Reservation::Acquired(token)),
+            None => {
+                self.fencing.hold(token, &encoded);
+                Ok(Reservation::Acquired(token))
+            }
             Some(raw) => Ok(decode(raw)?.into()),
         }
     }
@@ -338,7 +351,8 @@ impl<C: RedisConnection> Store for RedisStore<C> {
         lease: Duration,
     ) -> Result<Fenced, StoreError> {
         let lease = millis(lease);
-        self.fenced(&RENEW, key, token, &[lease.as_bytes()]).await
+        let write = FencedWrite::Renew { lease: &lease };
+        self.fenced(key, token, write).await
     }
 
     async fn complete(
@@ -349,12 +363,15 @@ impl<C: RedisConnection> Store for RedisStore<C> {
     ) -> Result<Fenced, StoreError> {
         let encoded = record.encode();
         let ttl = millis(ttl);
-        let args: [&[u8]; 2] = [&encoded, ttl.as_bytes()];
-        self.fenced(&COMPLETE, key, record.token, &args).await
+        let write = FencedWrite::Complete {
+            encoded: &encoded,
+            ttl: &ttl,
+        };
+        self.fenced(key, record.token, write).await
     }
 
     async fn release(&self, key: &ScopedKey, token: FencingToken) -> Result<Fenced, StoreError> {
-        self.fenced(&RELEASE, key, token, &[]).await
+        self.fenced(key, token, FencedWrite::Release).await
     }
 
     /// On a cluster a key of an inbox route has its record under a name of its own, looked

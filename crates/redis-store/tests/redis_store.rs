@@ -1,5 +1,5 @@
-//! What the Redis store leaves in Redis itself, what it makes of values it did not write, and
-//! how it fails: a password never in a message, a hung Redis a time-out.
+//! What the Redis store leaves in Redis (and Valkey) itself, what it makes of values it did not
+//! write, and how it fails: a password never in a message, a hung Redis a time-out.
 
 use std::time::Duration;
 
@@ -8,6 +8,7 @@ use idempotency_core::store::{Fenced, Store, StoreError};
 use idempotency_redis_store::RedisStore;
 use idempotency_test_support::records::{acquire, fp, outcome, small_body};
 use idempotency_test_support::redis;
+use idempotency_test_support::redis_server::Server;
 use idempotency_test_support::suite::{key, LONG};
 
 /// The record's key in Redis, as the store names it.
@@ -25,10 +26,21 @@ async fn pttl(conn: &mut ::redis::aio::MultiplexedConnection, key: &str) -> i64 
 
 #[tokio::test]
 async fn redis_keeps_one_key_per_record_under_the_prefix_with_its_expiry() {
-    let Some((store, prefix)) = redis::store_with_prefix("layout").await else {
+    keeps_one_key_per_record_under_the_prefix_with_its_expiry(Server::Redis).await;
+}
+
+/// On Valkey the completion is `SET ... IFEQ ... PX`: the record must keep an expiry there too.
+#[tokio::test]
+async fn valkey_keeps_one_key_per_record_under_the_prefix_with_its_expiry() {
+    keeps_one_key_per_record_under_the_prefix_with_its_expiry(Server::Valkey).await;
+}
+
+async fn keeps_one_key_per_record_under_the_prefix_with_its_expiry(server: Server) {
+    let Some((store, prefix)) = redis::store_on(server, "layout").await else {
         return;
     };
-    let mut conn = redis::connection().await.unwrap();
+    let url = redis::shared_url(server).await.unwrap();
+    let mut conn = redis::connection_to(&url).await;
     let name = redis_key(&prefix, &key());
     let token = acquire(&store, &key(), Duration::from_secs(10)).await;
     let left = pttl(&mut conn, &name).await;
@@ -47,10 +59,20 @@ async fn redis_keeps_one_key_per_record_under_the_prefix_with_its_expiry() {
 
 #[tokio::test]
 async fn redis_reports_a_corrupt_value_instead_of_panicking() {
-    let Some((store, prefix)) = redis::store_with_prefix("corrupt").await else {
+    reports_a_corrupt_value_instead_of_panicking(Server::Redis).await;
+}
+
+#[tokio::test]
+async fn valkey_reports_a_corrupt_value_instead_of_panicking() {
+    reports_a_corrupt_value_instead_of_panicking(Server::Valkey).await;
+}
+
+async fn reports_a_corrupt_value_instead_of_panicking(server: Server) {
+    let Some((store, prefix)) = redis::store_on(server, "corrupt").await else {
         return;
     };
-    let mut conn = redis::connection().await.unwrap();
+    let url = redis::shared_url(server).await.unwrap();
+    let mut conn = redis::connection_to(&url).await;
     let name = redis_key(&prefix, &key());
     let garbage: &[u8] = b"\x01\x01not a record";
     let _: () = ::redis::cmd("SET")

@@ -2,7 +2,9 @@
 //!
 //! `REDIS_URL` names it (default `redis://127.0.0.1:6379`). When it cannot be reached a test
 //! prints `SKIPPED` and returns early, unless `REQUIRE_REDIS=1`, which turns that into a failure
-//! so CI cannot pass by skipping.
+//! so CI cannot pass by skipping. The Valkey counterpart of that shared Redis is a private
+//! Valkey per test binary (`redis_server::shared_valkey`); `shared_url` and `store_on` pick
+//! between the two.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,6 +17,8 @@ use redis::ConnectionAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
+
+use super::redis_server::{shared_valkey, Server};
 
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
@@ -73,14 +77,41 @@ async fn try_connect(url: &str) -> Result<MultiplexedConnection, String> {
     }
 }
 
+/// A plain connection to the server at `url`, which is known to be up.
+pub async fn connection_to(url: &str) -> MultiplexedConnection {
+    try_connect(url)
+        .await
+        .unwrap_or_else(|why| panic!("no connection to {url}: {why}"))
+}
+
+/// The server a test binary shares for `server`: the Redis at `REDIS_URL`, or the binary's
+/// private Valkey; `None` when skipping.
+pub async fn shared_url(server: Server) -> Option<String> {
+    match server {
+        Server::Redis => {
+            connection().await?;
+            Some(url())
+        }
+        Server::Valkey => {
+            let valkey = tokio::task::spawn_blocking(shared_valkey).await.unwrap()?;
+            Some(valkey.url())
+        }
+    }
+}
+
+/// A store on the server `server` shares, under a fresh prefix, with the prefix.
+pub async fn store_on(server: Server, test: &str) -> Option<(RedisStore, String)> {
+    let url = shared_url(server).await?;
+    let prefix = unique_prefix(test);
+    let store = RedisStore::connect(&url, &prefix)
+        .await
+        .unwrap_or_else(|e| panic!("{url} answered PING but the store cannot connect: {e}"));
+    Some((store, prefix))
+}
+
 /// A store under a fresh prefix, with the prefix, or `None` when Redis is absent.
 pub async fn store_with_prefix(test: &str) -> Option<(RedisStore, String)> {
-    connection().await?;
-    let prefix = unique_prefix(test);
-    let store = RedisStore::connect(&url(), &prefix)
-        .await
-        .unwrap_or_else(|e| panic!("Redis answered PING but the store cannot connect: {e}"));
-    Some((store, prefix))
+    store_on(Server::Redis, test).await
 }
 
 /// A Redis store under a prefix of the test's own; `None` (skipped) without a Redis.

@@ -5,16 +5,19 @@
 //! restarting a node. The processes belong to no async runtime, so one cluster can serve tests
 //! that each run their own. A cluster stops its nodes when dropped; a shell watchdog also stops
 //! them (by the PIDs in their pid files) once the test process is gone, because a cluster kept
-//! in a `static` is never dropped. Without `redis-server` or `redis-cli` a test prints `SKIPPED`
-//! and returns, unless `REQUIRE_REDIS=1`, which makes that a failure.
+//! in a `static` is never dropped. The nodes are `redis-server`, or Valkey (`Server::Valkey`,
+//! the binary `VALKEY_SERVER` names); `redis-cli` joins either. Without them a test prints
+//! `SKIPPED` and returns, unless `REQUIRE_REDIS=1` (or `REQUIRE_VALKEY=1` for Valkey), which
+//! makes that a failure.
 
-use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::redis_server::Server;
 
 const MASTERS: usize = 3;
 /// The cluster bus listens on the client port plus this.
@@ -24,6 +27,8 @@ const BUS_OFFSET: u16 = 10_000;
 pub struct RedisCluster {
     /// The masters' client ports.
     pub ports: Vec<u16>,
+    /// The nodes' server program.
+    program: String,
     nodes: Vec<Option<Child>>,
     dir: PathBuf,
     /// `--appendonly yes --appendfsync always`: a killed node comes back with every write it
@@ -32,19 +37,37 @@ pub struct RedisCluster {
     watchdog: Child,
 }
 
-/// One cluster for the whole test binary, started on first use; `None` when skipping.
+/// One Redis cluster for the whole test binary, started on first use; `None` when skipping.
 pub fn shared() -> Option<&'static RedisCluster> {
-    static SHARED: OnceLock<Option<RedisCluster>> = OnceLock::new();
-    SHARED.get_or_init(|| RedisCluster::start(false)).as_ref()
+    shared_on(Server::Redis)
+}
+
+/// One cluster of `server` nodes for the whole test binary, started on first use.
+pub fn shared_on(server: Server) -> Option<&'static RedisCluster> {
+    static REDIS: OnceLock<Option<RedisCluster>> = OnceLock::new();
+    static VALKEY: OnceLock<Option<RedisCluster>> = OnceLock::new();
+    let shared = match server {
+        Server::Redis => &REDIS,
+        Server::Valkey => &VALKEY,
+    };
+    shared
+        .get_or_init(|| RedisCluster::start_on(server, false))
+        .as_ref()
 }
 
 impl RedisCluster {
     /// Starts three masters and joins them into a cluster, or returns `None` (after saying so)
     /// when the Redis binaries are missing and not required.
     pub fn start(durable: bool) -> Option<RedisCluster> {
-        if let Err(why) = binaries_present() {
-            skip_or_fail(&why);
-            return None;
+        Self::start_on(Server::Redis, durable)
+    }
+
+    /// Like [`start`](Self::start), with `server`'s program for the nodes.
+    pub fn start_on(server: Server, durable: bool) -> Option<RedisCluster> {
+        let program = server.program()?;
+        let cli = Command::new("redis-cli").arg("--version").output();
+        if !cli.is_ok_and(|o| o.status.success()) {
+            return server.skip("no Redis Cluster: redis-cli not found on PATH");
         }
         let dir = temp_dir();
         let watchdog = watchdog(&dir);
@@ -52,6 +75,7 @@ impl RedisCluster {
         let mut cluster = RedisCluster {
             nodes: (0..MASTERS).map(|_| None).collect(),
             ports,
+            program,
             dir,
             durable,
             watchdog,
@@ -146,13 +170,13 @@ impl RedisCluster {
             "--save", "", "--appendonly", appendonly, "--appendfsync", "always",
             "--pidfile", &path("redis.pid"), "--logfile", &path("redis.log"),
         ];
-        let child = Command::new("redis-server")
+        let child = Command::new(&self.program)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server starts");
+            .unwrap_or_else(|e| panic!("{} does not start: {e}", self.program));
         self.nodes[node] = Some(child);
         self.wait_for(
             Duration::from_secs(10),
@@ -210,24 +234,6 @@ impl Drop for RedisCluster {
         let _ = self.watchdog.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn binaries_present() -> Result<(), String> {
-    for binary in ["redis-server", "redis-cli"] {
-        let found = Command::new(binary).arg("--version").output();
-        if !found.is_ok_and(|o| o.status.success()) {
-            return Err(format!("{binary} not found on PATH"));
-        }
-    }
-    Ok(())
-}
-
-fn skip_or_fail(why: &str) {
-    if std::env::var("REQUIRE_REDIS").as_deref() == Ok("1") {
-        panic!("REQUIRE_REDIS=1 but no Redis Cluster can be started: {why}");
-    }
-    // Straight to stderr: the harness hides `eprintln!` of passing tests.
-    let _ = writeln!(std::io::stderr(), "SKIPPED: no Redis Cluster ({why})");
 }
 
 fn temp_dir() -> PathBuf {
