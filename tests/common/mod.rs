@@ -5,6 +5,7 @@ pub mod binary;
 pub mod client;
 pub mod inbox_upstream;
 pub mod proxy;
+pub mod raw;
 pub mod records;
 pub mod redis;
 pub mod redis_cluster;
