@@ -120,6 +120,22 @@ impl InboxUpstream {
         self.shared.record.lock().unwrap().overlaps
     }
 
+    /// Asserts that no more than `rate` deliveries arrived in any one second. Arrival times
+    /// differ from start times by a little network time either way, which 200 ms of slack
+    /// covers.
+    pub fn assert_at_most_per_second(&self, rate: usize) {
+        let arrivals: Vec<Instant> = self.all().iter().map(|a| a.at).collect();
+        let slack = Duration::from_millis(200);
+        for (n, over) in arrivals.windows(rate + 1).enumerate() {
+            let span = over[rate] - over[0];
+            assert!(
+                span + slack >= Duration::from_secs(1),
+                "attempts {n}..={} started within {span:?}",
+                n + rate
+            );
+        }
+    }
+
     /// Waits (at most `limit`) until `done` holds, checking after every arrival.
     pub async fn until(&self, limit: Duration, what: &str, done: impl Fn(&Self) -> bool) {
         let deadline = Instant::now() + limit;
