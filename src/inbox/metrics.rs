@@ -91,6 +91,6 @@ impl InboxMetrics {
     /// The queues as last counted: deliveries not yet delivered, and the oldest one's age.
     pub(crate) fn queues(&self, queues: &InboxQueues) {
         self.pending.set(queues.pending as f64);
-        self.oldest.set(queues.oldest_pending_seconds as f64);
+        self.oldest.set(queues.oldest_pending.as_secs_f64());
     }
 }
