@@ -191,12 +191,21 @@ async fn the_page_shows_what_metrics_count_and_nothing_a_client_sent() {
     for secret in [CARD, KEY_PREFIX, "slow-order"] {
         assert!(!json_text.contains(secret), "/status shows {secret:?}");
     }
+    let digest = status.json()["config"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let Some(browser) = chromium() else { return };
     let url = format!("http://{}/", proxy.admin_addr);
     let dom = chromium_run(&browser, &url, "--dump-dom").await;
     assert!(
         dom.contains("data-state=\"ok\""),
         "the page rendered its data:\n{dom}"
+    );
+    let shown = format!("title=\"{digest}\">{}<", &digest[..12]);
+    assert!(
+        dom.contains(&shown),
+        "the digest's start, and the whole on hover"
     );
     let metrics = proxy.admin.send("GET", "/metrics", &[], "").await;
     let metrics = String::from_utf8_lossy(&metrics.body).into_owned();
