@@ -8,9 +8,10 @@
 
 mod common;
 
+use std::process::Stdio;
 use std::time::Duration;
 
-use common::binary::{exit_code, sigterm, start_binary};
+use common::binary::{exit_code, sigterm, start_with_admin};
 use common::client::TestClient;
 use common::raw::{read_response, GET};
 use common::temp::TempPath;
@@ -42,25 +43,11 @@ fn config_text(upstream: &str, workers: usize, limit: usize) -> String {
 async fn start(upstream: &TestUpstream, workers: usize, limit: usize) -> Capped {
     let file = TempPath::new(&format!("cap-{workers}-{limit}.toml"));
     std::fs::write(file.path(), config_text(&upstream.url(), workers, limit)).unwrap();
-    let admin_addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let config = file.path().display().to_string();
-    let admin = admin_addr.to_string();
-    let flags = [
-        "--config",
-        &config,
-        "--store",
-        "memory",
-        "--admin-listen",
-        &admin,
-    ];
-    let (child, client) = start_binary(&upstream.url(), &flags).await;
+    let (child, client, admin) = start_with_admin(&upstream.url(), file.path(), Stdio::null).await;
     Capped {
         child,
         client,
-        admin: TestClient::new(admin_addr),
+        admin,
         file,
         upstream: upstream.url(),
     }

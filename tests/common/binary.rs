@@ -1,5 +1,6 @@
 //! The real `idempotency-proxy` binary, started as a child process on a free loopback port.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -57,6 +58,31 @@ async fn try_start(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("the proxy did not listen on {listen}");
+}
+
+/// The binary in front of `upstream` with the config file at `config`, the memory store and
+/// an admin listener on a free port; its log goes to `stderr`. Returns the process, a client
+/// of the proxy and one of the admin listener.
+pub async fn start_with_admin(
+    upstream: &str,
+    config: &Path,
+    stderr: impl Fn() -> Stdio,
+) -> (tokio::process::Child, TestClient, TestClient) {
+    let admin_addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (config, admin) = (config.display().to_string(), admin_addr.to_string());
+    let flags = [
+        "--config",
+        &config,
+        "--store",
+        "memory",
+        "--admin-listen",
+        &admin,
+    ];
+    let (child, client) = start_binary_logging(upstream, &flags, stderr).await;
+    (child, client, TestClient::new(admin_addr))
 }
 
 pub fn sigterm(child: &tokio::process::Child) {
