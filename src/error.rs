@@ -92,6 +92,10 @@ pub enum ProxyError {
     /// key); the running config stays.
     #[error("{0}")]
     BadConfig(String),
+    /// On the admin listener: a guarded endpoint asked for without the admin token, or with
+    /// another one.
+    #[error("this endpoint requires the admin token, as Authorization: Bearer <token>")]
+    Unauthorized,
 }
 
 /// What a problem is called: its status, its type (appended to the problem base) and title.
@@ -161,6 +165,7 @@ impl ProxyError {
             Self::RecordInFlight => meta(S::CONFLICT, "request-in-flight", "Request in flight"),
             Self::NoDelivery => meta(S::NOT_FOUND, "no-delivery", "No such delivery"),
             Self::BadConfig(_) => meta(S::BAD_REQUEST, "bad-config", "Configuration refused"),
+            Self::Unauthorized => meta(S::UNAUTHORIZED, "unauthorized", "Admin token required"),
         }
     }
 

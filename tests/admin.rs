@@ -143,11 +143,14 @@ async fn an_admin_token_guards_metrics_and_keys_but_not_probes() {
         let anonymous = proxy.admin.send("GET", path, &[], "").await;
         assert_eq!(anonymous.status, 401, "{path}");
         assert_eq!(anonymous.header("www-authenticate"), Some("Bearer"));
+        assert_eq!(anonymous.problem_type(), "unauthorized", "{path}");
+        assert_eq!(anonymous.json()["status"], 401);
         let wrong = proxy
             .admin
             .send("GET", path, &[("authorization", "Bearer t0ke")], "")
             .await;
         assert_eq!(wrong.status, 401, "{path}");
+        assert_eq!(wrong.problem_type(), "unauthorized", "{path}");
         let right = proxy
             .admin
             .send("GET", path, &[("authorization", "Bearer t0ken")], "")
