@@ -164,7 +164,13 @@ async fn three_replicas_on_one_redis_deliver_everything_one_attempt_at_a_time() 
     let (children, clients) = replicas(3, &url, &file, &upstream.url()).await;
     let (acked, refused) = burst(&clients, keys("replica", 90)).await;
     assert!(refused.is_empty(), "not acknowledged: {refused:?}");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Every key refused at least once, and some of them again, by whichever replica.
+    let retrying = |u: &InboxUpstream| {
+        u.keys() == acked.len() && acked.iter().any(|k| u.arrivals(k).len() > 1)
+    };
+    upstream
+        .until(WAIT, "every key refused, and retries", retrying)
+        .await;
     upstream.answer(200);
     let store = RedisStore::connect(&url, DEFAULT_PREFIX).await.unwrap();
     until_drained(&store, &route).await;
@@ -198,13 +204,18 @@ async fn a_cluster_master_restarted_mid_run_loses_no_acknowledged_delivery() {
     let (children, clients) = replicas(2, &spec, &file, &upstream.url()).await;
     let (mut acked, refused) = burst(&clients, keys("before", 60)).await;
     assert!(refused.is_empty(), "not acknowledged: {refused:?}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Mid-run: every delivery attempted (and refused) once at least.
+    let attempted = |u: &InboxUpstream| u.keys() == acked.len();
+    upstream.until(WAIT, "every key attempted", attempted).await;
     tokio::task::block_in_place(|| cluster.kill(1));
     // While the master is down, keys in its slots are refused (never acknowledged), and the
-    // others go on.
+    // others go on: those acknowledged now are attempted, their shards being on live masters.
     let (during, mut unanswered) = burst(&clients, keys("during", 30)).await;
+    let all_attempted = |u: &InboxUpstream| during.iter().all(|k| !u.arrivals(k).is_empty());
+    upstream
+        .until(WAIT, "attempts with a master down", all_attempted)
+        .await;
     acked.extend(during);
-    tokio::time::sleep(Duration::from_secs(2)).await;
     tokio::task::block_in_place(|| cluster.restart(1));
     // A sender tries again what was refused.
     let deadline = Instant::now() + WAIT;

@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use common::binary::start_binary_logging;
+use common::poll;
 use common::proxy::TestProxy;
 use common::upstream::TestUpstream;
 
@@ -75,7 +76,14 @@ async fn a_policy_flipped_under_a_busy_keep_alive_connection_fails_no_request() 
         }
         statuses
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Requests at the upstream were sent before the reload, and are counted so.
+    let sent = async || upstream.seen().len() >= 5;
+    poll::until(
+        Duration::from_secs(10),
+        "five requests before the reload",
+        sent,
+    )
+    .await;
     std::fs::write(&file, config(&upstream.url(), true)).unwrap();
     let answer = reload(&proxy).await;
     assert_eq!(answer.status, StatusCode::OK, "{answer:?}");

@@ -4,6 +4,7 @@
 pub mod binary;
 pub mod client;
 pub mod inbox_upstream;
+pub mod poll;
 pub mod proxy;
 pub mod raw;
 pub mod records;
