@@ -176,7 +176,7 @@ async fn hold_in_flight(
     upstream: &TestUpstream,
     key: &'static str,
     hold_ms: u64,
-) -> tokio::task::JoinHandle<common::client::Answer> {
+) -> tokio::task::JoinHandle<common::answer::Answer> {
     let client = proxy.client.clone();
     let path = format!("/v1/x?delay_ms={hold_ms}");
     let first = tokio::spawn(async move {

@@ -7,7 +7,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::client::{Answer, TestClient};
+use common::answer::Answer;
+use common::client::TestClient;
 use common::inbox_upstream::{free_addr, InboxUpstream};
 use common::proxy::TestProxy;
 use common::records::{outcome, scoped};

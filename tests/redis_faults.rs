@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::client::{Answer, TestClient};
+use common::answer::Answer;
+use common::client::TestClient;
 use common::proxy::TestProxy;
 use common::redis::{unique_prefix, Relay};
 use common::redis_server::RedisServer;

@@ -43,7 +43,7 @@ fn config(upstream: &str, require_key: bool) -> String {
     )
 }
 
-async fn reload(proxy: &TestProxy) -> common::client::Answer {
+async fn reload(proxy: &TestProxy) -> common::answer::Answer {
     proxy.admin.send("POST", "/reload", &[], "").await
 }
 

@@ -1,6 +1,7 @@
 //! Shared pieces of the integration tests: a real upstream, the proxy, a client, and Redis.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod answer;
 pub mod binary;
 pub mod client;
 pub mod inbox_upstream;

@@ -3,6 +3,9 @@
 //! and tokio's paused clock for leases, time-outs and TTLs, so the order of events is set by
 //! the test and never by how fast the machine is.
 
+#[path = "../common/answer.rs"]
+#[allow(unreachable_pub)]
+mod answer;
 mod harness;
 mod leases;
 mod outcomes;
