@@ -17,6 +17,7 @@ use common::binary::start_binary;
 use common::proxy::TestProxy;
 use common::redis::unique_prefix;
 use common::redis_server::RedisServer;
+use common::signal;
 use common::upstream::TestUpstream;
 use idempotency_proxy::store::{RedisStore, Store};
 use tokio::time::Instant;
@@ -125,10 +126,10 @@ async fn a_proxy_stopped_past_its_lease_keeps_the_outcome_when_nobody_took_the_k
     .await;
     // Stopped while the upstream works, for four leases: the upstream's answer waits in the
     // socket, and the lease has expired by the time the proxy reads it.
-    let pid = proxy.id().expect("the proxy runs").to_string();
-    signal(&pid, "-STOP");
+    let pid = proxy.id().expect("the proxy runs");
+    signal::send(pid, "STOP");
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    signal(&pid, "-CONT");
+    signal::send(pid, "CONT");
 
     let first = first.await.unwrap();
     assert_eq!(first.status, 201, "{first:?}");
@@ -156,13 +157,6 @@ async fn proxy_over(redis: &RedisServer, upstream: &TestUpstream) -> TestProxy {
         upstream.url()
     );
     TestProxy::start(&toml, store).await
-}
-
-fn signal(pid: &str, signal: &str) {
-    let sent = std::process::Command::new("kill")
-        .args([signal, pid])
-        .status();
-    assert!(sent.unwrap().success(), "kill {signal} {pid}");
 }
 
 async fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) {

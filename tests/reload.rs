@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use common::binary::start_binary_logging;
 use common::poll;
 use common::proxy::TestProxy;
+use common::signal;
 use common::upstream::TestUpstream;
 
 /// A config file in a directory of its own.
@@ -235,12 +236,7 @@ async fn sighup_reloads_the_running_binary() {
     let unkeyed = client.send("POST", "/v1/charges", &[], "{}").await;
     assert_eq!(unkeyed.status, StatusCode::CREATED);
     std::fs::write(&file, "[defaults]\nrequire_key = true\n").unwrap();
-    let pid = child.id().unwrap().to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap()
-        .success());
+    signal::send(child.id().unwrap(), "HUP");
     let mut status = StatusCode::CREATED;
     for _ in 0..100 {
         status = client.send("POST", "/v1/charges", &[], "{}").await.status;

@@ -1,10 +1,11 @@
 //! The real `idempotency-proxy` binary, started as a child process on a free loopback port.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use super::client::TestClient;
+use super::signal;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_idempotency-proxy");
 
@@ -86,20 +87,11 @@ pub async fn start_with_admin(
 }
 
 pub fn sigterm(child: &tokio::process::Child) {
-    signal(child, "-TERM");
+    signal::send(child.id().expect("the proxy is running"), "TERM");
 }
 
 pub fn sigkill(child: &tokio::process::Child) {
-    signal(child, "-KILL");
-}
-
-fn signal(child: &tokio::process::Child, signal: &str) {
-    let pid = child.id().expect("the proxy is running").to_string();
-    assert!(Command::new("kill")
-        .args([signal, &pid])
-        .status()
-        .unwrap()
-        .success());
+    signal::send(child.id().expect("the proxy is running"), "KILL");
 }
 
 /// The exit code, waiting at most 10s for the process to end.

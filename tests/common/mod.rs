@@ -12,6 +12,7 @@ pub mod records;
 pub mod redis;
 pub mod redis_cluster;
 pub mod redis_server;
+pub mod signal;
 pub mod temp;
 pub mod tls;
 pub mod upstream;
