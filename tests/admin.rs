@@ -184,9 +184,7 @@ async fn hold_in_flight(
             .send("POST", &path, &[("idempotency-key", key)], "{}")
             .await
     });
-    while upstream.executions_of(key) == 0 {
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    upstream.until_executed(key).await;
     first
 }
 

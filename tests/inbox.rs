@@ -10,6 +10,7 @@ use std::time::Duration;
 use common::answer::Answer;
 use common::client::TestClient;
 use common::inbox_upstream::{free_addr, InboxUpstream};
+use common::poll;
 use common::proxy::TestProxy;
 use common::records::{outcome, scoped};
 use idempotency_proxy::model::{Delivery, FencingToken, StoredRequest};
@@ -58,18 +59,8 @@ async fn queues(proxy: &TestProxy) -> Value {
 
 /// Asks the admin endpoint until the queues say `done`, at most `WAIT`.
 async fn until_queues(proxy: &TestProxy, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let now = queues(proxy).await;
-        if done(&now) {
-            return now;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {now}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let counted = async || Some(queues(proxy).await).filter(&done);
+    poll::until(WAIT, what, counted).await
 }
 
 fn drained(queues: &Value) -> bool {
@@ -355,14 +346,7 @@ async fn the_oldest_pending_age_is_told_to_the_millisecond() {
     let reported = answer.json()["oldest_pending_seconds"].as_f64().unwrap();
     age_within(reported, asked, Instant::now());
     // The gauge is set as the worker counts the queues: at its start, then every 2 s.
-    let deadline = Instant::now() + WAIT;
-    let gauge = loop {
-        if let Some(gauge) = oldest_gauge(&proxy).await {
-            break gauge;
-        }
-        assert!(Instant::now() < deadline, "the gauge was never set");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let gauge = poll::until(WAIT, "the gauge set", async || oldest_gauge(&proxy).await).await;
     age_within(gauge, queued, Instant::now());
     proxy.shutdown().await;
 }

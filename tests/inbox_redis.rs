@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::binary::{exit_code, sigkill, sigterm, start_binary};
 use common::client::TestClient;
 use common::inbox_upstream::InboxUpstream;
+use common::poll;
 use common::redis_cluster::RedisCluster;
 use common::redis_server::RedisServer;
 use common::temp::TempPath;
@@ -114,15 +115,11 @@ async fn replicas(
 async fn until_drained(store: &dyn Store, route: &str) {
     let route = RouteName::new(route).unwrap();
     let inbox = store.inbox().expect("Redis keeps inbox queues");
-    let deadline = Instant::now() + WAIT;
-    loop {
+    let drained = async || {
         let counted = inbox.queues(&route, SystemTime::now()).await;
-        match counted {
-            Ok(q) if q.pending + q.in_flight + q.dead == 0 => return,
-            _ if Instant::now() > deadline => panic!("the queues never drained: {counted:?}"),
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
+        counted.is_ok_and(|q| q.pending + q.in_flight + q.dead == 0)
+    };
+    poll::until(WAIT, "the queues drained", drained).await;
 }
 
 /// Every acknowledged key arrived, and each attempt of a key carried a higher number than the

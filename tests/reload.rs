@@ -237,33 +237,22 @@ async fn sighup_reloads_the_running_binary() {
     assert_eq!(unkeyed.status, StatusCode::CREATED);
     std::fs::write(&file, "[defaults]\nrequire_key = true\n").unwrap();
     signal::send(child.id().unwrap(), "HUP");
-    let mut status = StatusCode::CREATED;
-    for _ in 0..100 {
-        status = client.send("POST", "/v1/charges", &[], "{}").await.status;
-        if status == StatusCode::BAD_REQUEST {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(
-        status,
-        StatusCode::BAD_REQUEST,
-        "the new policy never applied"
-    );
+    let refused = async || {
+        let answer = client.send("POST", "/v1/charges", &[], "{}").await;
+        answer.status == StatusCode::BAD_REQUEST
+    };
+    poll::until(Duration::from_secs(5), "the new policy applied", refused).await;
     assert!(
         child.try_wait().unwrap().is_none(),
         "SIGHUP ended the process"
     );
     // The reload is logged once it is in force, so the line may come a moment after.
-    let mut log = String::new();
-    for _ in 0..100 {
-        log = std::fs::read_to_string(file.with_extension("log")).unwrap();
-        if log.contains("config reloaded") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(log.contains("config reloaded"), "{log}");
+    let log = file.with_extension("log");
+    let logged = async || {
+        let log = std::fs::read_to_string(&log).unwrap();
+        log.contains("config reloaded")
+    };
+    poll::until(Duration::from_secs(5), "the reload logged", logged).await;
 }
 
 /// Sends a keyless POST on `sender` and returns its status.
