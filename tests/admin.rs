@@ -143,11 +143,14 @@ async fn an_admin_token_guards_metrics_and_keys_but_not_probes() {
         let anonymous = proxy.admin.send("GET", path, &[], "").await;
         assert_eq!(anonymous.status, 401, "{path}");
         assert_eq!(anonymous.header("www-authenticate"), Some("Bearer"));
+        assert_eq!(anonymous.problem_type(), "unauthorized", "{path}");
+        assert_eq!(anonymous.json()["status"], 401);
         let wrong = proxy
             .admin
             .send("GET", path, &[("authorization", "Bearer t0ke")], "")
             .await;
         assert_eq!(wrong.status, 401, "{path}");
+        assert_eq!(wrong.problem_type(), "unauthorized", "{path}");
         let right = proxy
             .admin
             .send("GET", path, &[("authorization", "Bearer t0ken")], "")
@@ -173,7 +176,7 @@ async fn hold_in_flight(
     upstream: &TestUpstream,
     key: &'static str,
     hold_ms: u64,
-) -> tokio::task::JoinHandle<common::client::Answer> {
+) -> tokio::task::JoinHandle<common::answer::Answer> {
     let client = proxy.client.clone();
     let path = format!("/v1/x?delay_ms={hold_ms}");
     let first = tokio::spawn(async move {
@@ -181,9 +184,7 @@ async fn hold_in_flight(
             .send("POST", &path, &[("idempotency-key", key)], "{}")
             .await
     });
-    while upstream.executions_of(key) == 0 {
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    upstream.until_executed(key).await;
     first
 }
 

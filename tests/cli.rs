@@ -163,7 +163,7 @@ async fn sigterm_lets_a_request_in_flight_finish_before_exiting() {
     let (child, client) = start_binary(&upstream.url(), &["--store", "memory"]).await;
     let in_flight =
         tokio::spawn(async move { client.post("/v1/x?delay_ms=700", "drained", "{}").await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    upstream.until_executed("drained").await;
     sigterm(&child);
     let answer = in_flight.await.unwrap();
     assert_eq!(answer.status, 201, "the request in flight got its answer");

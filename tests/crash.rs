@@ -33,7 +33,8 @@ async fn a_completed_key_replays_after_a_sigkill_and_an_in_flight_key_frees_afte
             .send_raw("POST", "/v1/x", &slow, "{}")
             .await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The upstream has it: the proxy reserved the key before forwarding.
+    upstream.until_executed("running-at-crash").await;
     sigkill(&first_proxy);
     assert!(
         interrupted.await.unwrap().is_err(),
@@ -53,6 +54,7 @@ async fn a_completed_key_replays_after_a_sigkill_and_an_in_flight_key_frees_afte
         during_lease.status, 409,
         "the dead holder's lease still guards the key"
     );
+    // The lease (1s) ran from the reservation, before the kill: past it by now.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let after_lease = client.post("/v1/x", "running-at-crash", "{}").await;
     assert_eq!(
@@ -75,9 +77,10 @@ async fn shutdown_records_the_outcome_of_an_operation_whose_client_left() {
         let slow = [("idempotency-key", "client-left"), ("x-delay-ms", "800")];
         leaving.send("POST", "/v1/x", &slow, "{}").await
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    upstream.until_executed("client-left").await;
     gone.abort();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The client is gone once its task is: its connection is dropped with it.
+    assert!(gone.await.unwrap_err().is_cancelled());
     sigterm(&proxy);
     assert_eq!(exit_code(proxy).await, Some(0));
     assert_eq!(

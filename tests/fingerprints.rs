@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::client::Answer;
+use common::answer::Answer;
 use common::proxy::TestProxy;
 use common::redis;
 use common::upstream::TestUpstream;

@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::binary::{exit_code, sigkill, sigterm, start_binary};
 use common::client::TestClient;
 use common::inbox_upstream::InboxUpstream;
+use common::poll;
 use common::redis_cluster::RedisCluster;
 use common::redis_server::{RedisServer, Server};
 use common::temp::TempPath;
@@ -123,15 +124,11 @@ async fn replicas(
 async fn until_drained(store: &dyn Store, route: &str) {
     let route = RouteName::new(route).unwrap();
     let inbox = store.inbox().expect("Redis keeps inbox queues");
-    let deadline = Instant::now() + WAIT;
-    loop {
+    let drained = async || {
         let counted = inbox.queues(&route, SystemTime::now()).await;
-        match counted {
-            Ok(q) if q.pending + q.in_flight + q.dead == 0 => return,
-            _ if Instant::now() > deadline => panic!("the queues never drained: {counted:?}"),
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
+        counted.is_ok_and(|q| q.pending + q.in_flight + q.dead == 0)
+    };
+    poll::until(WAIT, "the queues drained", drained).await;
 }
 
 /// Every acknowledged key arrived, and each attempt of a key carried a higher number than the
@@ -171,7 +168,13 @@ async fn three_replicas_on_one_redis_deliver_everything_one_attempt_at_a_time(se
     let (children, clients) = replicas(3, &url, &file, &upstream.url()).await;
     let (acked, refused) = burst(&clients, keys("replica", 90)).await;
     assert!(refused.is_empty(), "not acknowledged: {refused:?}");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Every key refused at least once, and some of them again, by whichever replica.
+    let retrying = |u: &InboxUpstream| {
+        u.keys() == acked.len() && acked.iter().any(|k| u.arrivals(k).len() > 1)
+    };
+    upstream
+        .until(WAIT, "every key refused, and retries", retrying)
+        .await;
     upstream.answer(200);
     let store = RedisStore::connect(&url, DEFAULT_PREFIX).await.unwrap();
     until_drained(&store, &route).await;
@@ -204,13 +207,18 @@ async fn a_cluster_master_restarted_mid_run_loses_no_acknowledged_delivery(serve
     let (children, clients) = replicas(2, &spec, &file, &upstream.url()).await;
     let (mut acked, refused) = burst(&clients, keys("before", 60)).await;
     assert!(refused.is_empty(), "not acknowledged: {refused:?}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Mid-run: every delivery attempted (and refused) once at least.
+    let attempted = |u: &InboxUpstream| u.keys() == acked.len();
+    upstream.until(WAIT, "every key attempted", attempted).await;
     tokio::task::block_in_place(|| cluster.kill(1));
     // While the master is down, keys in its slots are refused (never acknowledged), and the
-    // others go on.
+    // others go on: those acknowledged now are attempted, their shards being on live masters.
     let (during, mut unanswered) = burst(&clients, keys("during", 30)).await;
+    let all_attempted = |u: &InboxUpstream| during.iter().all(|k| !u.arrivals(k).is_empty());
+    upstream
+        .until(WAIT, "attempts with a master down", all_attempted)
+        .await;
     acked.extend(during);
-    tokio::time::sleep(Duration::from_secs(2)).await;
     tokio::task::block_in_place(|| cluster.restart(1));
     // A sender tries again what was refused.
     let deadline = Instant::now() + WAIT;

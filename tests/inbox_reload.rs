@@ -1,6 +1,7 @@
 //! Inbox routes and the rest of the proxy: a reload turns a route into an inbox and back,
-//! its delivery worker following, and is refused on a store that keeps no inbox queues; and with encryption at rest the store holds no stored
-//! request, and no raw key, in clear.
+//! its delivery worker following, keeps `deliver_rate` counting the attempts started before
+//! it, and is refused on a store that keeps no inbox queues; and with encryption at rest the
+//! store holds no stored request, and no raw key, in clear.
 
 mod common;
 
@@ -79,6 +80,35 @@ async fn a_reload_turns_a_route_into_an_inbox_and_back() {
             .status,
         404
     );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_reload_keeps_counting_the_attempts_deliver_rate_let_start_before_it() {
+    let upstream = InboxUpstream::start().await;
+    let file = TempPath::new("inbox-rate.toml");
+    let config = |timeout: &str| {
+        let route = route(&upstream.url(), "inbox");
+        format!("{route}deliver_rate = 5\ndeliver_timeout = \"{timeout}\"\n")
+    };
+    std::fs::write(file.path(), config("10s")).unwrap();
+    let (proxy, _) = TestProxy::from_file(file.path(), Arc::new(MemoryStore::new())).await;
+    for n in 0..10 {
+        let key = format!("rate-{n}");
+        assert_eq!(
+            proxy.client.post_owned("/hooks/a", &key, "{}").await.status,
+            202
+        );
+    }
+    upstream
+        .until(WAIT, "five attempts", |u| u.keys() >= 5)
+        .await;
+    // Another policy for the route, the same rate: the five just started still count.
+    std::fs::write(file.path(), config("20s")).unwrap();
+    let reloaded = proxy.admin.send("POST", "/reload", &[], "").await;
+    assert_eq!(reloaded.status, 200, "{reloaded:?}");
+    upstream.until(WAIT, "every key", |u| u.keys() == 10).await;
+    upstream.assert_at_most_per_second(5);
     proxy.shutdown().await;
 }
 

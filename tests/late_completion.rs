@@ -17,9 +17,9 @@ use common::binary::start_binary;
 use common::proxy::TestProxy;
 use common::redis::unique_prefix;
 use common::redis_server::RedisServer;
+use common::signal;
 use common::upstream::TestUpstream;
 use idempotency_proxy::store::{RedisStore, Store};
-use tokio::time::Instant;
 
 const BODY: &str = r#"{"amount":42}"#;
 
@@ -35,10 +35,7 @@ async fn an_outcome_stored_after_a_redis_stall_longer_than_the_lease_is_replayed
     let headers = [("idempotency-key", "late"), ("x-delay-ms", "300")];
     let first =
         tokio::spawn(async move { client.send("POST", "/v1/charges", &headers, BODY).await });
-    wait_until(Duration::from_secs(5), || {
-        upstream.executions_of("late") == 1
-    })
-    .await;
+    upstream.until_executed("late").await;
     // Redis stalls while the upstream works, and for three leases after: the completion and
     // the renewals wait in the socket, and find the lease expired when Redis resumes.
     redis.pause();
@@ -72,10 +69,7 @@ async fn an_outcome_is_stored_once_a_restarted_redis_is_back() {
     let headers = [("idempotency-key", "restarted"), ("x-delay-ms", "300")];
     let first =
         tokio::spawn(async move { client.send("POST", "/v1/charges", &headers, BODY).await });
-    wait_until(Duration::from_secs(5), || {
-        upstream.executions_of("restarted") == 1
-    })
-    .await;
+    upstream.until_executed("restarted").await;
     // Down while the upstream works and for a while after, longer than a few quick retries;
     // it comes back empty, the reservation gone with everything else.
     redis.kill();
@@ -119,16 +113,13 @@ async fn a_proxy_stopped_past_its_lease_keeps_the_outcome_when_nobody_took_the_k
             .send("POST", "/v1/charges", &headers, BODY)
             .await
     });
-    wait_until(Duration::from_secs(5), || {
-        upstream.executions_of("stopped") == 1
-    })
-    .await;
+    upstream.until_executed("stopped").await;
     // Stopped while the upstream works, for four leases: the upstream's answer waits in the
     // socket, and the lease has expired by the time the proxy reads it.
-    let pid = proxy.id().expect("the proxy runs").to_string();
-    signal(&pid, "-STOP");
+    let pid = proxy.id().expect("the proxy runs");
+    signal::send(pid, "STOP");
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    signal(&pid, "-CONT");
+    signal::send(pid, "CONT");
 
     let first = first.await.unwrap();
     assert_eq!(first.status, 201, "{first:?}");
@@ -156,19 +147,4 @@ async fn proxy_over(redis: &RedisServer, upstream: &TestUpstream) -> TestProxy {
         upstream.url()
     );
     TestProxy::start(&toml, store).await
-}
-
-fn signal(pid: &str, signal: &str) {
-    let sent = std::process::Command::new("kill")
-        .args([signal, pid])
-        .status();
-    assert!(sent.unwrap().success(), "kill {signal} {pid}");
-}
-
-async fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "not reached within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::proxy::TestProxy;
+use common::raw::read_response;
 use common::upstream::TestUpstream;
 use idempotency_proxy::store::MemoryStore;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -16,40 +17,6 @@ use tokio::time::timeout;
 async fn proxy(upstream: &TestUpstream, top_level: &str) -> TestProxy {
     let toml = format!("upstream = \"{}\"\n{top_level}\n", upstream.url());
     TestProxy::start(&toml, Arc::new(MemoryStore::new())).await
-}
-
-/// One response: its status and the whole text of head and body, or `None` when the proxy
-/// closed the connection (or said nothing within `wait`).
-async fn read_response(stream: &mut TcpStream, wait: Duration) -> Option<(u16, String)> {
-    let mut bytes = Vec::new();
-    let complete = |bytes: &[u8]| {
-        let text = String::from_utf8_lossy(bytes);
-        let (head, body) = text.split_once("\r\n\r\n")?;
-        let length = head
-            .lines()
-            .find_map(|l| {
-                l.to_ascii_lowercase()
-                    .strip_prefix("content-length:")
-                    .map(|v| v.trim().parse::<usize>().unwrap())
-            })
-            .unwrap_or(0);
-        (body.len() >= length).then(|| text.to_string())
-    };
-    let read = async {
-        let mut chunk = [0u8; 4096];
-        loop {
-            if let Some(text) = complete(&bytes) {
-                return Some(text);
-            }
-            match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => return None,
-                Ok(n) => bytes.extend_from_slice(&chunk[..n]),
-            }
-        }
-    };
-    let text = timeout(wait, read).await.ok()??;
-    let status = text.get(9..12)?.parse().ok()?;
-    Some((status, text))
 }
 
 /// Sends `request` on a new connection and reads one response.

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::poll;
 use common::proxy::TestProxy;
 use common::upstream::TestUpstream;
 use http_body_util::{BodyExt, Empty};
@@ -237,9 +238,8 @@ async fn a_drain_lets_an_open_h2_stream_finish() {
     let proxy = proxy(&upstream, "").await;
     let (mut sender, connection) = h2_client(&proxy).await;
     let slow = tokio::spawn(async move { get(&mut sender, "/slow?delay_ms=1500").await });
-    while upstream.seen().is_empty() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let at_upstream = async || !upstream.seen().is_empty();
+    poll::until(PATIENCE, "the slow request at the upstream", at_upstream).await;
     proxy.shutdown().await;
     assert_eq!(slow.await.unwrap(), 201);
     assert!(timeout(PATIENCE, connection).await.unwrap().unwrap());

@@ -14,7 +14,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::client::{Answer, TestClient};
+use common::answer::Answer;
+use common::client::TestClient;
 use common::proxy::TestProxy;
 use common::redis_cluster::RedisCluster;
 use common::upstream::TestUpstream;

@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::client::{Answer, TestClient};
+use common::answer::Answer;
+use common::client::TestClient;
+use common::poll;
 use common::proxy::TestProxy;
 use common::redis::{unique_prefix, Relay};
 use common::redis_server::{RedisServer, Server};
@@ -79,17 +81,8 @@ async fn readyz(proxy: &TestProxy) -> u16 {
 
 /// Polls `/readyz` until it answers 200, failing after `limit`.
 async fn wait_until_ready(proxy: &TestProxy, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    loop {
-        if readyz(proxy).await == 200 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "/readyz still not 200 {limit:?} after Redis came back"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let ready = async || readyz(proxy).await == 200;
+    poll::until(limit, "/readyz 200 after Redis came back", ready).await;
 }
 
 /// The value of the fail-open counter for a route in Prometheus text, 0 when absent.
@@ -274,14 +267,9 @@ async fn restart_mid_stream_gives_correct_answers_or_clean_refusals(server: Serv
             })
             .collect();
 
-        let kill_wait = Instant::now() + Duration::from_secs(20);
-        while answered.load(Ordering::SeqCst) < KILL_AFTER {
-            assert!(
-                Instant::now() < kill_wait,
-                "the stream stalled before the kill"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let streaming = async || answered.load(Ordering::SeqCst) >= KILL_AFTER;
+        let what = format!("{KILL_AFTER} answers before the kill");
+        poll::until(Duration::from_secs(20), what, streaming).await;
         let killed_at = Instant::now();
         redis.kill();
         let _ = killed.send(true);

@@ -26,7 +26,7 @@ async fn two_replicas(
 }
 
 /// Sends `STORM` copies of one keyed request, alternating between the two replicas.
-async fn storm(a: &TestProxy, b: &TestProxy, key: &'static str) -> Vec<common::client::Answer> {
+async fn storm(a: &TestProxy, b: &TestProxy, key: &'static str) -> Vec<common::answer::Answer> {
     let sends = (0..STORM).map(|i| {
         let client = if i % 2 == 0 {
             a.client.clone()

@@ -21,7 +21,9 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use common::binary::start_binary_logging;
+use common::poll;
 use common::proxy::TestProxy;
+use common::signal;
 use common::upstream::TestUpstream;
 
 /// A config file in a directory of its own.
@@ -42,7 +44,7 @@ fn config(upstream: &str, require_key: bool) -> String {
     )
 }
 
-async fn reload(proxy: &TestProxy) -> common::client::Answer {
+async fn reload(proxy: &TestProxy) -> common::answer::Answer {
     proxy.admin.send("POST", "/reload", &[], "").await
 }
 
@@ -75,7 +77,14 @@ async fn a_policy_flipped_under_a_busy_keep_alive_connection_fails_no_request() 
         }
         statuses
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Requests at the upstream were sent before the reload, and are counted so.
+    let sent = async || upstream.seen().len() >= 5;
+    poll::until(
+        Duration::from_secs(10),
+        "five requests before the reload",
+        sent,
+    )
+    .await;
     std::fs::write(&file, config(&upstream.url(), true)).unwrap();
     let answer = reload(&proxy).await;
     assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
@@ -118,8 +127,11 @@ async fn an_answered_reload_gives_the_digest_of_the_checked_config() {
     assert_eq!(state.digest, digest);
     assert_ne!(state.digest, before.digest);
     assert!(matches!(state.last, Some((_, Ok(())))));
-    // The status page shows the running config by the same digest, shortened.
-    assert!(digest.starts_with(&handle.status().running_digest()));
+    // The status page shows the running config by the same digest, whole, so a script can
+    // compare the two.
+    let status = proxy.admin.send("GET", "/status", &[], "").await.json();
+    assert_eq!(status["config"]["digest"], digest.as_str());
+    assert_eq!(handle.status().running_digest(), digest);
     let missing = proxy.client.send("POST", "/v1/charges", &[], "{}").await;
     assert_eq!(missing.problem_type(), "missing-key");
 }
@@ -224,39 +236,23 @@ async fn sighup_reloads_the_running_binary() {
     let unkeyed = client.send("POST", "/v1/charges", &[], "{}").await;
     assert_eq!(unkeyed.status, StatusCode::CREATED);
     std::fs::write(&file, "[defaults]\nrequire_key = true\n").unwrap();
-    let pid = child.id().unwrap().to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let mut status = StatusCode::CREATED;
-    for _ in 0..100 {
-        status = client.send("POST", "/v1/charges", &[], "{}").await.status;
-        if status == StatusCode::BAD_REQUEST {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(
-        status,
-        StatusCode::BAD_REQUEST,
-        "the new policy never applied"
-    );
+    signal::send(child.id().unwrap(), "HUP");
+    let refused = async || {
+        let answer = client.send("POST", "/v1/charges", &[], "{}").await;
+        answer.status == StatusCode::BAD_REQUEST
+    };
+    poll::until(Duration::from_secs(5), "the new policy applied", refused).await;
     assert!(
         child.try_wait().unwrap().is_none(),
         "SIGHUP ended the process"
     );
     // The reload is logged once it is in force, so the line may come a moment after.
-    let mut log = String::new();
-    for _ in 0..100 {
-        log = std::fs::read_to_string(file.with_extension("log")).unwrap();
-        if log.contains("config reloaded") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(log.contains("config reloaded"), "{log}");
+    let log = file.with_extension("log");
+    let logged = async || {
+        let log = std::fs::read_to_string(&log).unwrap();
+        log.contains("config reloaded")
+    };
+    poll::until(Duration::from_secs(5), "the reload logged", logged).await;
 }
 
 /// Sends a keyless POST on `sender` and returns its status.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use common::proxy::TestProxy;
 use common::upstream::TestUpstream;
-use common::{client::Answer, redis};
+use common::{answer::Answer, redis};
 use idempotency_proxy::store::RedisStore;
 
 const AUTH: (&str, &str) = ("authorization", "Bearer client-a");

@@ -140,7 +140,7 @@ async fn post(client: &TestClient, path: &str, key: &str, body: String) -> u16 {
 }
 
 /// A few seconds of mixed traffic on both routes: every outcome but `released`.
-async fn traffic(proxy: &TestProxy) {
+async fn traffic(proxy: &TestProxy, upstream: &TestUpstream) {
     let client = &proxy.client;
     for round in 0..4 {
         for n in round * 3..round * 3 + 3 {
@@ -171,7 +171,7 @@ async fn traffic(proxy: &TestProxy) {
         let client = client.clone();
         tokio::spawn(async move { client.send("POST", "/v1/charges", &slow, body(7)).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    upstream.until_executed("slow-order").await;
     let duplicate = client.send("POST", "/v1/charges", &slow, body(7)).await;
     assert_eq!(duplicate.status, 409, "the first is still in flight");
     assert_eq!(first.await.unwrap().status, 201);
@@ -183,7 +183,7 @@ async fn the_page_shows_what_metrics_count_and_nothing_a_client_sent() {
     let (payments, hooks) = ("page-payments", "page-hooks");
     let toml = two_routes(&upstream.url(), payments, hooks, "");
     let proxy = TestProxy::start(&toml, Arc::new(MemoryStore::new())).await;
-    traffic(&proxy).await;
+    traffic(&proxy, &upstream).await;
 
     let status = proxy.admin.send("GET", "/status", &[], "").await;
     assert_eq!(status.status, 200);
@@ -191,12 +191,21 @@ async fn the_page_shows_what_metrics_count_and_nothing_a_client_sent() {
     for secret in [CARD, KEY_PREFIX, "slow-order"] {
         assert!(!json_text.contains(secret), "/status shows {secret:?}");
     }
+    let digest = status.json()["config"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let Some(browser) = chromium() else { return };
     let url = format!("http://{}/", proxy.admin_addr);
     let dom = chromium_run(&browser, &url, "--dump-dom").await;
     assert!(
         dom.contains("data-state=\"ok\""),
         "the page rendered its data:\n{dom}"
+    );
+    let shown = format!("title=\"{digest}\">{}<", &digest[..12]);
+    assert!(
+        dom.contains(&shown),
+        "the digest's start, and the whole on hover"
     );
     let metrics = proxy.admin.send("GET", "/metrics", &[], "").await;
     let metrics = String::from_utf8_lossy(&metrics.body).into_owned();

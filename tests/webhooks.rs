@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
-use common::client::Answer;
+use common::answer::Answer;
 use common::proxy::TestProxy;
 use common::upstream::TestUpstream;
 use hmac::{Hmac, Mac};

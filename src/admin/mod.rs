@@ -93,7 +93,8 @@ pub(crate) fn router(
         .route("/inbox/{route}/dead/{id}/retry", post(inbox::retry))
         .route("/reload", post(reload_config))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token))
-        // Inside the token check, so a refused token is told nothing more than that.
+        // Around the token check, whose refusal is a problem too; the refusal says nothing
+        // about what the endpoint would have answered.
         .layer(middleware::from_fn_with_state(
             state.clone(),
             render_problems,
@@ -117,11 +118,7 @@ async fn require_token(State(state): State<AdminState>, request: Request, next: 
     if given.is_some_and(|given| token.matches(given)) {
         return next.run(request).await;
     }
-    let mut refused = (
-        StatusCode::UNAUTHORIZED,
-        Json(json!({ "error": "admin token required" })),
-    )
-        .into_response();
+    let mut refused = ProxyError::Unauthorized.into_response();
     refused
         .headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

@@ -20,11 +20,11 @@ impl Settings {
     }
 }
 
-/// The first 12 hex digits of the SHA-256 of the config as `--check` prints it: two configs
-/// with the same effect have the same digest, whatever their layout or comments.
+/// The SHA-256 (hex) of the config as `--check` prints it: two configs with the same effect
+/// have the same digest, whatever their layout or comments. `POST /reload` answers the same,
+/// and the status page shows it.
 pub fn config_digest(settings: &Settings) -> String {
-    let digest = Sha256::digest(settings.to_toml().as_bytes());
-    hex::encode(&digest[..6])
+    hex::encode(Sha256::digest(settings.to_toml().as_bytes()))
 }
 
 fn to_toml(settings: &Settings) -> String {

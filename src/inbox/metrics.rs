@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::logging::DELIVERY_LINE_TARGET;
 use idempotency_core::model::{InboxQueues, RouteName};
 
 const ATTEMPTS_TOTAL: &str = "idempotency_inbox_attempts_total";
@@ -76,6 +77,7 @@ impl InboxMetrics {
         self.attempts[report.outcome as usize].increment(1);
         self.delivery.record(report.elapsed.as_secs_f64());
         tracing::info!(
+            target: DELIVERY_LINE_TARGET,
             route = self.route.as_str(),
             delivery = report.delivery,
             key = report.key,
@@ -91,6 +93,6 @@ impl InboxMetrics {
     /// The queues as last counted: deliveries not yet delivered, and the oldest one's age.
     pub(crate) fn queues(&self, queues: &InboxQueues) {
         self.pending.set(queues.pending as f64);
-        self.oldest.set(queues.oldest_pending_seconds as f64);
+        self.oldest.set(queues.oldest_pending.as_secs_f64());
     }
 }

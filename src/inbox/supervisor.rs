@@ -4,8 +4,9 @@
 //! generation (they start no more attempts; those running finish) and starts one per inbox
 //! route of the new one, so a reload that adds, removes or changes an inbox route is followed
 //! at once. What outlives a generation is kept per route name: the wake-up the route's layer
-//! pokes on every accept, and the slots of `deliver_concurrency` (kept while the number stays
-//! the same, so attempts of the old and new workers share them). Workers run on the runtime
+//! pokes on every accept, the slots of `deliver_concurrency` (kept while the number stays
+//! the same, so attempts of the old and new workers share them), and the `deliver_rate` window
+//! (kept whole, so the attempts started before a reload still count after it). Workers run on the runtime
 //! that built the proxy (the main one; clients are served by runtimes of their own), and their
 //! attempts in the tracker a drain waits on.
 
@@ -17,6 +18,7 @@ use tokio::sync::{watch, Notify, Semaphore};
 use tokio_util::task::TaskTracker;
 
 use super::metrics::InboxMetrics;
+use super::rate::DeliverRate;
 use super::worker::{RouteInbox, Worker};
 use idempotency_core::model::RouteName;
 
@@ -32,6 +34,7 @@ pub(crate) struct Inboxes {
 struct State {
     wakes: HashMap<RouteName, Arc<Notify>>,
     slots: HashMap<RouteName, (usize, Arc<Semaphore>)>,
+    rates: HashMap<RouteName, Arc<DeliverRate>>,
     /// Set to stop the running workers.
     stop: Option<watch::Sender<bool>>,
     /// After a drain began: no worker starts again.
@@ -90,9 +93,13 @@ impl Inboxes {
         if slots.0 != concurrency {
             *slots = (concurrency, Arc::new(Semaphore::new(concurrency)));
         }
+        let permits = slots.1.clone();
+        let rate = state.rates.entry(route.clone()).or_default().clone();
+        rate.set_rate(inbox.policy.deliver_rate);
         Worker {
             wake: state.wakes.entry(route.clone()).or_default().clone(),
-            permits: slots.1.clone(),
+            permits,
+            rate,
             attempts: self.attempts.clone(),
             metrics: InboxMetrics::new(&route),
             inbox,

@@ -18,7 +18,7 @@ use super::attempt::{attempt, AttemptResult};
 use super::backoff::{backoff, random_sample};
 use super::metrics::{AttemptOutcome, AttemptReport, InboxMetrics};
 use super::policy::DeliveryPolicy;
-use super::rate::RateWindow;
+use super::rate::{DeliverRate, Reservation};
 use crate::store::{Claim, Fenced, Settlement, Store, StoreError};
 use crate::upstream::Upstream;
 use idempotency_core::model::{AttemptFailure, Delivery, RouteName};
@@ -51,6 +51,8 @@ pub(crate) struct Worker {
     pub(crate) inbox: RouteInbox,
     pub(crate) wake: Arc<Notify>,
     pub(crate) permits: Arc<Semaphore>,
+    /// The route's `deliver_rate` window, shared with the workers of other generations.
+    pub(crate) rate: Arc<DeliverRate>,
     /// Attempts run here, so a drain can wait for them.
     pub(crate) attempts: TaskTracker,
     pub(crate) metrics: InboxMetrics,
@@ -65,7 +67,6 @@ impl Worker {
 
     /// Claims and starts attempts until `stop` turns true.
     pub(crate) async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let mut rate = RateWindow::new(self.inbox.policy.deliver_rate);
         let mut next_count = Instant::now();
         while !*stop.borrow() {
             if Instant::now() >= next_count {
@@ -73,8 +74,9 @@ impl Worker {
                 next_count = Instant::now() + COUNT_EVERY;
             }
             let free = self.permits.available_permits();
-            let want = rate.allowed(Instant::now(), free.min(CLAIM_BATCH));
-            let claimed = match self.claim(want, &mut rate).await {
+            let room = self.rate.reserve(free.min(CLAIM_BATCH));
+            let want = room.len();
+            let claimed = match self.claim(room).await {
                 Ok(claimed) => claimed,
                 Err(e) => {
                     tracing::warn!(route = %self.inbox.route, error = %e, "inbox: claiming deliveries failed");
@@ -85,14 +87,14 @@ impl Worker {
             if want > 0 && claimed == want {
                 continue;
             }
-            self.pause(free, &rate, &mut stop).await;
+            self.pause(free, &mut stop).await;
         }
     }
 
     /// Waits for a reason to claim again: a local accept, a free slot, the rate window, the
     /// poll interval, or the stop.
-    async fn pause(&self, free: usize, rate: &RateWindow, stop: &mut watch::Receiver<bool>) {
-        let rate_free = rate.next_free();
+    async fn pause(&self, free: usize, stop: &mut watch::Receiver<bool>) {
+        let rate_free = self.rate.next_free();
         let deadline = rate_free.unwrap_or_else(|| Instant::now() + POLL);
         let may_start = free > 0 && rate_free.is_none();
         tokio::select! {
@@ -103,26 +105,28 @@ impl Worker {
         }
     }
 
-    /// Claims up to `want` due deliveries and starts an attempt for each; returns how many.
-    async fn claim(
-        self: &Arc<Self>,
-        want: usize,
-        rate: &mut RateWindow,
-    ) -> Result<usize, StoreError> {
-        if want == 0 {
+    /// Claims as many due deliveries as `room` has room for and starts an attempt for each;
+    /// returns how many. The room not used goes back to the rate window.
+    async fn claim(self: &Arc<Self>, mut room: Reservation) -> Result<usize, StoreError> {
+        if room.len() == 0 {
             return Ok(0);
         }
         let inbox = self.inbox.store.inbox().ok_or_else(unsupported)?;
         let claims = inbox
-            .claim(&self.inbox.route, SystemTime::now(), want, self.lease())
+            .claim(
+                &self.inbox.route,
+                SystemTime::now(),
+                room.len(),
+                self.lease(),
+            )
             .await?;
-        rate.started(Instant::now(), claims.len());
         for claim in &claims {
             // It asked for no more than were free, so this waits only when the worker of an
             // earlier generation took a slot meanwhile (slots are shared across a reload).
             let Ok(permit) = self.permits.clone().acquire_owned().await else {
                 break;
             };
+            room.start();
             let worker = self.clone();
             let claim = claim.clone();
             self.attempts

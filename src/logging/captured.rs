@@ -29,11 +29,16 @@ impl<'a> MakeWriter<'a> for Captured {
 }
 
 impl Captured {
+    /// Everything written, as it was written.
+    pub(super) fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+
     /// The lines written, each without its timestamp (two formatters read the clock at
     /// different moments).
     pub(super) fn lines(&self) -> Vec<String> {
-        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
-        text.lines()
+        self.text()
+            .lines()
             .map(|line| line.split_once(' ').unwrap().1.to_owned())
             .collect()
     }

@@ -16,7 +16,7 @@ use tracing::Level;
 use super::text::{line_head, quoted_str, with_line, write_f64};
 
 /// The target the request line is logged under, as before it had a writer of its own.
-const TARGET: &str = "idempotency_proxy::telemetry";
+pub(super) const TARGET: &str = "idempotency_proxy::telemetry";
 
 /// Where request lines are appended without a tracing event: set when the proxy's own text
 /// subscriber, which would write them the same way, is the one in place.

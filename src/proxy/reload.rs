@@ -16,13 +16,12 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
-use sha2::{Digest, Sha256};
-
+use crate::config::config_digest;
 use crate::config::{self, ConfigError, Overrides, Settings};
 use crate::telemetry;
 
 /// The running config's digest and how the last reload went, with the reason of a refusal
-/// (the status page shows the digest's first 12 digits and whether the last reload applied).
+/// (the status page shows the same digest and whether the last reload applied).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReloadState {
     /// SHA-256 (hex) of the running config as `--check` prints it.
@@ -51,7 +50,7 @@ impl Reloads {
             metrics::counter!(telemetry::CONFIG_RELOADS_TOTAL, "result" => result).increment(0);
         }
         let state = ReloadState {
-            digest: digest(running),
+            digest: config_digest(running),
             last: None,
         };
         Self {
@@ -88,7 +87,7 @@ impl Reloads {
         let loaded = loaded.and_then(|settings| servable(&settings).map(|()| settings));
         let outcome = loaded.map(|settings| {
             apply(&settings);
-            let digest = digest(&settings);
+            let digest = config_digest(&settings);
             *running = settings;
             digest
         });
@@ -112,9 +111,4 @@ impl Reloads {
             }
         }
     }
-}
-
-/// SHA-256 (hex) of the config as `--check` prints it.
-pub(super) fn digest(settings: &Settings) -> String {
-    hex::encode(Sha256::digest(settings.to_toml().as_bytes()))
 }

@@ -73,16 +73,12 @@ pub(crate) async fn run(
     };
     tokio::pin!(shutdown);
     loop {
-        let slot = tokio::select! {
-            slot = slots.acquire(&serving.live) => slot,
-            () = &mut shutdown => break,
-        };
         let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+            accepted = slots.admit(&listener, &serving.live) => accepted,
             () = &mut shutdown => break,
         };
         match accepted {
-            Ok((stream, peer)) => serving.spawn(stream, peer, slot),
+            Ok((stream, peer, slot)) => serving.spawn(stream, peer, slot),
             // Running out of file descriptors must not spin the loop.
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");

@@ -1,13 +1,25 @@
-//! Connection slots: at most `max_connections` clients served at once, a limit a reload may
-//! raise or lower while connections are open.
+//! Connection slots: at most `max_connections` clients served at once by the whole process,
+//! whichever worker serves them, a limit a reload may raise or lower while connections are
+//! open.
 //!
-//! A semaphore would fix the count at start; here the accept loop (the only one taking slots)
-//! compares the connections open with the limit in force each time it wants one. A lowered
-//! limit takes effect as connections close: none is cut to meet it.
+//! Each worker has a listen queue of its own (`SO_REUSEPORT`), and the kernel chooses the queue
+//! a client lands in. A worker that took a slot before a client came would keep it while
+//! clients wait in another worker's queue: with several workers, fewer than `max_connections`
+//! would be served, and a client would wait for connections that have nothing to do with it.
+//! So a worker takes a client off its queue first and then waits for a slot for it; the client
+//! sees what it would see in the queue, a connection not answered yet. Each worker holds at
+//! most one such client, and the rest stay in the queues, where they cost nothing.
+//!
+//! A semaphore would fix the count at start; here a worker compares the connections open with
+//! the limit in force, in one atomic step, as workers take slots from several threads. A
+//! lowered limit takes effect as connections close: none is cut to meet it.
 
+use std::io;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
 use super::live::LiveApp;
@@ -24,10 +36,18 @@ pub(crate) struct Slots {
 pub(super) struct Slot(Arc<Slots>);
 
 impl Slots {
+    /// Waits for a client on `listener`, then for a slot to serve it with.
+    pub(super) async fn admit(
+        self: &Arc<Self>,
+        listener: &TcpListener,
+        live: &LiveApp,
+    ) -> io::Result<(TcpStream, SocketAddr, Slot)> {
+        let (stream, peer) = listener.accept().await?;
+        Ok((stream, peer, self.acquire(live).await))
+    }
+
     /// Waits until fewer connections are open than the limit in force, then takes a slot.
-    /// Waiting here, before accepting, leaves further clients in the listen backlog, where they
-    /// cost nothing, instead of accepting and dropping them.
-    pub(super) async fn acquire(self: &Arc<Self>, live: &LiveApp) -> Slot {
+    async fn acquire(self: &Arc<Self>, live: &LiveApp) -> Slot {
         loop {
             let (freed, replaced) = (self.freed.notified(), live.replaced());
             tokio::pin!(freed, replaced);
@@ -36,8 +56,7 @@ impl Slots {
             freed.as_mut().enable();
             replaced.as_mut().enable();
             let limit = live.current().limits.max_connections.max(1);
-            if self.open.load(Ordering::SeqCst) < limit {
-                self.open.fetch_add(1, Ordering::SeqCst);
+            if self.take_below(limit) {
                 return Slot(self.clone());
             }
             tokio::select! {
@@ -46,11 +65,40 @@ impl Slots {
             }
         }
     }
+
+    /// Counts one more connection if fewer than `limit` are open.
+    fn take_below(&self, limit: usize) -> bool {
+        self.open
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |open| {
+                (open < limit).then_some(open + 1)
+            })
+            .is_ok()
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         self.0.open.fetch_sub(1, Ordering::SeqCst);
+        // One waiting worker is enough: a slot admits one client. A worker woken and then
+        // cancelled passes the wake-up on to the next.
         self.0.freed.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_more_are_taken_than_the_limit_even_from_many_threads() {
+        let slots = Arc::new(Slots::default());
+        let taken: usize = std::thread::scope(|scope| {
+            let takers: Vec<_> = (0..8)
+                .map(|_| scope.spawn(|| (0..1000).filter(|_| slots.take_below(100)).count()))
+                .collect();
+            takers.into_iter().map(|t| t.join().unwrap()).sum()
+        });
+        assert_eq!(taken, 100);
+        assert_eq!(slots.open.load(Ordering::SeqCst), 100);
     }
 }

@@ -1,9 +1,11 @@
 //! The real `idempotency-proxy` binary, started as a child process on a free loopback port.
 
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::time::Duration;
 
 use super::client::TestClient;
+use super::signal;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_idempotency-proxy");
 
@@ -59,21 +61,37 @@ async fn try_start(
     panic!("the proxy did not listen on {listen}");
 }
 
+/// The binary in front of `upstream` with the config file at `config`, the memory store and
+/// an admin listener on a free port; its log goes to `stderr`. Returns the process, a client
+/// of the proxy and one of the admin listener.
+pub async fn start_with_admin(
+    upstream: &str,
+    config: &Path,
+    stderr: impl Fn() -> Stdio,
+) -> (tokio::process::Child, TestClient, TestClient) {
+    let admin_addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (config, admin) = (config.display().to_string(), admin_addr.to_string());
+    let flags = [
+        "--config",
+        &config,
+        "--store",
+        "memory",
+        "--admin-listen",
+        &admin,
+    ];
+    let (child, client) = start_binary_logging(upstream, &flags, stderr).await;
+    (child, client, TestClient::new(admin_addr))
+}
+
 pub fn sigterm(child: &tokio::process::Child) {
-    signal(child, "-TERM");
+    signal::send(child.id().expect("the proxy is running"), "TERM");
 }
 
 pub fn sigkill(child: &tokio::process::Child) {
-    signal(child, "-KILL");
-}
-
-fn signal(child: &tokio::process::Child, signal: &str) {
-    let pid = child.id().expect("the proxy is running").to_string();
-    assert!(Command::new("kill")
-        .args([signal, &pid])
-        .status()
-        .unwrap()
-        .success());
+    signal::send(child.id().expect("the proxy is running"), "KILL");
 }
 
 /// The exit code, waiting at most 10s for the process to end.

@@ -12,8 +12,9 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, Response, StatusCode, Uri};
-use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use super::poll;
 
 /// One delivery as the upstream saw it.
 #[derive(Debug, Clone)]
@@ -42,7 +43,6 @@ struct Shared {
     record: Arc<Mutex<Record>>,
     status: Arc<Mutex<StatusCode>>,
     delay: Arc<Mutex<Duration>>,
-    arrived: Arc<Notify>,
 }
 
 pub struct InboxUpstream {
@@ -63,7 +63,6 @@ impl InboxUpstream {
             record: Arc::default(),
             status: Arc::new(Mutex::new(StatusCode::OK)),
             delay: Arc::default(),
-            arrived: Arc::default(),
         };
         let app = axum::Router::new()
             .fallback(handle)
@@ -120,21 +119,25 @@ impl InboxUpstream {
         self.shared.record.lock().unwrap().overlaps
     }
 
-    /// Waits (at most `limit`) until `done` holds, checking after every arrival.
-    pub async fn until(&self, limit: Duration, what: &str, done: impl Fn(&Self) -> bool) {
-        let deadline = Instant::now() + limit;
-        loop {
-            let arrived = self.shared.arrived.notified();
-            tokio::pin!(arrived);
-            arrived.as_mut().enable();
-            if done(self) {
-                return;
-            }
-            if tokio::time::timeout_at(deadline, arrived).await.is_err() {
-                assert!(done(self), "timed out waiting for {what}");
-                return;
-            }
+    /// Asserts that no more than `rate` deliveries arrived in any one second. Arrival times
+    /// differ from start times by a little network time either way, which 200 ms of slack
+    /// covers.
+    pub fn assert_at_most_per_second(&self, rate: usize) {
+        let arrivals: Vec<Instant> = self.all().iter().map(|a| a.at).collect();
+        let slack = Duration::from_millis(200);
+        for (n, over) in arrivals.windows(rate + 1).enumerate() {
+            let span = over[rate] - over[0];
+            assert!(
+                span + slack >= Duration::from_secs(1),
+                "attempts {n}..={} started within {span:?}",
+                n + rate
+            );
         }
+    }
+
+    /// Waits (at most `limit`) until `done` holds of what arrived.
+    pub async fn until(&self, limit: Duration, what: &str, done: impl Fn(&Self) -> bool) {
+        poll::until(limit, what, async || done(self)).await;
     }
 }
 
@@ -173,7 +176,6 @@ async fn handle(
         record.in_flight += 1;
         record.most_in_flight = record.most_in_flight.max(record.in_flight);
     }
-    shared.arrived.notify_waiters();
     let delay = *shared.delay.lock().unwrap();
     tokio::time::sleep(delay).await;
     let status = *shared.status.lock().unwrap();

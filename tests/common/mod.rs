@@ -8,7 +8,10 @@ pub mod binary;
 pub mod inbox_upstream;
 pub mod markdown;
 pub mod proxy;
+pub mod raw;
 pub mod tls;
 pub mod upstream;
 
-pub use idempotency_test_support::{client, records, redis, redis_cluster, redis_server, temp};
+pub use idempotency_test_support::{
+    answer, client, poll, records, redis, redis_cluster, redis_server, signal, temp,
+};

@@ -4,9 +4,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::http::{Request, Version};
-use http_body_util::BodyExt;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rcgen::{
@@ -20,7 +19,7 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use super::client::Answer;
+use super::answer::Answer;
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -202,12 +201,6 @@ impl TlsClient {
                 sender.send_request(request).await
             }
         };
-        let (parts, body) = response.expect("the proxy answers").into_parts();
-        let body: Bytes = body.collect().await.unwrap().to_bytes();
-        Answer {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-        }
+        Answer::read(response.expect("the proxy answers")).await
     }
 }

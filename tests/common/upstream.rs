@@ -15,6 +15,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, Response, StatusCode, Uri};
 
+use super::poll;
+
 /// One request as the upstream saw it.
 #[derive(Debug, Clone)]
 pub struct Seen {
@@ -90,6 +92,14 @@ impl TestUpstream {
     /// Every request that reached the upstream, in order.
     pub fn seen(&self) -> Vec<Seen> {
         self.shared.seen.lock().unwrap().clone()
+    }
+
+    /// Waits until a request with this idempotency key has reached the upstream (it is in
+    /// progress there, or answered), at most 10 s.
+    pub async fn until_executed(&self, key: &str) {
+        let executed = async || self.executions_of(key) > 0;
+        let what = format!("a request with key {key:?} at the upstream");
+        poll::until(Duration::from_secs(10), what, executed).await;
     }
 
     /// How many requests carried this idempotency key (header `idempotency-key`, as sent).

@@ -92,6 +92,10 @@ pub enum ProxyError {
     /// key); the running config stays.
     #[error("{0}")]
     BadConfig(String),
+    /// On the admin listener: a guarded endpoint asked for without the admin token, or with
+    /// another one.
+    #[error("this endpoint requires the admin token, as Authorization: Bearer <token>")]
+    Unauthorized,
 }
 
 /// What a problem is called: its status, its type (appended to the problem base) and title.
@@ -161,6 +165,7 @@ impl ProxyError {
             Self::RecordInFlight => meta(S::CONFLICT, "request-in-flight", "Request in flight"),
             Self::NoDelivery => meta(S::NOT_FOUND, "no-delivery", "No such delivery"),
             Self::BadConfig(_) => meta(S::BAD_REQUEST, "bad-config", "Configuration refused"),
+            Self::Unauthorized => meta(S::UNAUTHORIZED, "unauthorized", "Admin token required"),
         }
     }
 
@@ -189,6 +194,7 @@ impl ProxyError {
             Self::RecordInFlight,
             Self::NoDelivery,
             Self::BadConfig("x".into()),
+            Self::Unauthorized,
         ];
         // No wildcard: a kind added to the enum stops this compiling until it is listed above.
         for error in &all {
@@ -209,7 +215,8 @@ impl ProxyError {
                 | Self::NoRecord
                 | Self::RecordInFlight
                 | Self::NoDelivery
-                | Self::BadConfig(_) => {}
+                | Self::BadConfig(_)
+                | Self::Unauthorized => {}
             }
         }
         all

@@ -55,7 +55,7 @@ fn count(txn: &redb::ReadTransaction, queue: &str, now: u64) -> Result<InboxQueu
             _ => counted.pending += 1,
         }
     }
-    counted.oldest_pending_seconds = oldest.map_or(0, |at| now.saturating_sub(at) / 1000);
+    counted.oldest_pending = Duration::from_millis(oldest.map_or(0, |at| now.saturating_sub(at)));
     let dead = txn.open_table(INBOX_DEAD).map_err(read_failed)?;
     for entry in dead
         .range((queue, 0)..=(queue, u128::MAX))

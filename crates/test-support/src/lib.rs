@@ -5,12 +5,15 @@
 //! Not published: it exists so that each store crate's tests and the proxy's run the same
 //! cases and start Redis the same way.
 
+pub mod answer;
 pub mod client;
 mod macros;
+pub mod poll;
 pub mod records;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod redis_cluster;
 pub mod redis_server;
+pub mod signal;
 pub mod suite;
 pub mod temp;

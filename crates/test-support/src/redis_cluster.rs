@@ -17,6 +17,7 @@ use std::sync::OnceLock;
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::poll;
 use super::redis_server::Server;
 
 const MASTERS: usize = 3;
@@ -210,17 +211,30 @@ impl RedisCluster {
         });
     }
 
+    /// Polls `done` as every test polls, on a runtime of its own: the cluster belongs to none.
     fn wait_for(&self, limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-        let deadline = Instant::now() + limit;
-        while !done() {
-            if Instant::now() > deadline {
-                panic!(
-                    "no {what} within {limit:?}; node logs:\n{}",
-                    self.log_tails()
-                );
-            }
-            sleep(Duration::from_millis(50));
-        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime to wait on");
+        let what = WithLogs {
+            what,
+            cluster: self,
+        };
+        runtime.block_on(poll::until(limit, what, async || done()));
+    }
+}
+
+/// What a wait was for, and (read only if it fails) the end of each node's log.
+struct WithLogs<'a> {
+    what: &'a str,
+    cluster: &'a RedisCluster,
+}
+
+impl std::fmt::Display for WithLogs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let logs = self.cluster.log_tails();
+        write!(f, "{}; node logs:\n{logs}", self.what)
     }
 }
 

@@ -22,6 +22,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::signal;
+
 /// How long a fresh `redis-server` may take to answer `PING`.
 const START_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one `PING` may take.
@@ -207,21 +209,16 @@ impl RedisServer {
     /// Stops the process with SIGSTOP: connections stay open and commands are accepted by the
     /// kernel, but nothing is answered, as with a Redis stalled by swapping or a paused VM.
     pub fn pause(&self) {
-        self.signal("-STOP");
+        signal::send(self.pid(), "STOP");
     }
 
     /// Lets a paused process run again (SIGCONT); it then works through what was sent to it.
     pub fn resume(&self) {
-        self.signal("-CONT");
+        signal::send(self.pid(), "CONT");
     }
 
-    fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().expect("the server is running").id();
-        let status = Command::new("kill")
-            .args([signal, &pid.to_string()])
-            .status()
-            .unwrap_or_else(|e| panic!("cannot run kill {signal}: {e}"));
-        assert!(status.success(), "kill {signal} {pid} failed: {status}");
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("redis-server is running").id()
     }
 
     /// Starts a fresh server on the same port (killing the old one if it still runs). It holds

@@ -8,7 +8,7 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
@@ -144,9 +144,16 @@ pub struct InboxQueues {
     pub in_flight: u64,
     /// Deliveries that ran out of attempts or age, kept for an operator.
     pub dead: u64,
-    /// How long the oldest delivery not yet delivered (pending or in flight) has waited, in
-    /// whole seconds.
-    pub oldest_pending_seconds: u64,
+    /// How long the oldest delivery not yet delivered (pending or in flight) has waited, to
+    /// the millisecond; shown as `oldest_pending_seconds`, fractional seconds.
+    #[serde(rename = "oldest_pending_seconds", serialize_with = "seconds")]
+    pub oldest_pending: Duration,
+}
+
+/// A duration as fractional seconds, to the millisecond (the base unit of metrics, precise
+/// enough for an alert on half a second).
+fn seconds<S: serde::Serializer>(duration: &Duration, to: S) -> Result<S::Ok, S::Error> {
+    to.serialize_f64(duration.as_millis() as f64 / 1000.0)
 }
 
 #[cfg(test)]

@@ -6,13 +6,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use axum::body::Body;
-use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body_util::BodyExt;
 use idempotency_core::model::RouteName;
 use idempotency_core::store::{MemoryStore, Store};
 use idempotency_core::{IdempotencyLayer, Policy, ProblemLayer};
 use tower::{Layer, Service, ServiceExt};
+
+use idempotency_test_support::answer::Answer;
 
 /// The layer under test with the problem renderer outside it, as the proxy stacks them.
 pub fn stack<S>(
@@ -79,25 +79,6 @@ impl Counting {
     }
 }
 
-/// A response, read whole.
-pub struct Answer {
-    pub status: StatusCode,
-    pub headers: http::HeaderMap,
-    pub body: Bytes,
-}
-
-impl Answer {
-    pub fn replayed(&self) -> bool {
-        self.headers.get("idempotent-replayed").is_some()
-    }
-
-    pub fn problem_type(&self) -> String {
-        let document: serde_json::Value = serde_json::from_slice(&self.body).unwrap();
-        let kind = document["type"].as_str().unwrap();
-        kind.rsplit(':').next().unwrap().to_owned()
-    }
-}
-
 /// Sends `request` through `service` and reads the answer.
 pub async fn send<S>(service: &S, request: Request<Body>) -> Answer
 where
@@ -108,11 +89,5 @@ where
 }
 
 pub async fn read(response: Response<Body>) -> Answer {
-    let (parts, body) = response.into_parts();
-    let body = body.collect().await.unwrap().to_bytes();
-    Answer {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-    }
+    Answer::read(response).await
 }

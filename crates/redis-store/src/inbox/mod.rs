@@ -126,7 +126,7 @@ impl<C: RedisConnection> Inbox for RedisStore<C> {
         counted.pending = live.saturating_sub(counted.in_flight);
         // Scores are whole milliseconds, well within an f64's exact integers.
         let oldest = oldest.map_or(now_ms, |at| at as u64);
-        counted.oldest_pending_seconds = now_ms.saturating_sub(oldest) / 1000;
+        counted.oldest_pending = Duration::from_millis(now_ms.saturating_sub(oldest));
         Ok(counted)
     }
 

@@ -170,7 +170,9 @@ impl MemoryQueues {
                 pending: queue.live.len() as u64 - in_flight,
                 in_flight,
                 dead: queue.dead.len() as u64,
-                oldest_pending_seconds: oldest.map_or(0, |at| now_ms.saturating_sub(at) / 1000),
+                oldest_pending: Duration::from_millis(
+                    oldest.map_or(0, |at| now_ms.saturating_sub(at)),
+                ),
             }
         })
     }
