@@ -1,5 +1,7 @@
 //! Store throughput: reserve+complete pairs on distinct keys from many tasks at once, the file
-//! store (group commit: one fsync per batch of writes) next to the memory store.
+//! store (write-ahead log, one sync shared by every completion in a stretch of the log) next to
+//! the memory store; then the CPU time per pair (the process's user and system time from
+//! `/proc/self/stat`, over `CPU_ROUNDS` rounds), which the throughput alone does not show.
 //!
 //! `cargo bench --bench stores`
 
@@ -94,5 +96,57 @@ fn reserve_complete_pairs(c: &mut Criterion) {
     let _ = std::fs::remove_file(&path);
 }
 
-criterion_group!(benches, reserve_complete_pairs);
+/// Rounds of `PAIRS` pairs per store for the CPU figure: enough for a few hundred clock ticks.
+const CPU_ROUNDS: usize = 10;
+
+/// The process's user and system time so far, from `/proc/self/stat` (in clock ticks, 10 ms).
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |n: usize| {
+        fields
+            .get(n)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are the 14th and 15th fields, the 12th and 13th after the name.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+fn cpu_per_pair(_: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let path = std::env::temp_dir().join(format!(
+        "idempotency-proxy-bench-cpu-{}.redb",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&path);
+    let file: Arc<dyn Store> = Arc::new(FileStore::open(&path).unwrap());
+    let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    for (name, store) in [("file", file), ("memory", memory)] {
+        let (cpu, started) = (cpu_time(), Instant::now());
+        runtime.block_on(async {
+            for round in 0..CPU_ROUNDS {
+                pairs(store.clone(), 1_000_000 + round).await;
+            }
+        });
+        let (cpu, wall) = (cpu_time().saturating_sub(cpu), started.elapsed());
+        let count = (CPU_ROUNDS * PAIRS) as f64;
+        println!(
+            "cpu_per_pair/{name}: {:.0} pairs/s, {:.1} µs CPU per pair ({} pairs)",
+            count / wall.as_secs_f64(),
+            cpu.as_secs_f64() * 1e6 / count,
+            CPU_ROUNDS * PAIRS,
+        );
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+criterion_group!(benches, reserve_complete_pairs, cpu_per_pair);
 criterion_main!(benches);

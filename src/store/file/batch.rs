@@ -7,12 +7,13 @@
 use std::time::Duration;
 
 use redb::StorageError;
+use tokio::sync::oneshot;
 
 use super::guard::Guard;
 use super::queue::{QueueAnswer, QueueOp, QueueTables};
 use super::tables::{self, Tables};
 use crate::model::{DeliveryId, FencingToken, Record};
-use crate::store::api::{Fenced, Removal, Removed};
+use crate::store::api::{Fenced, Removal, Removed, StoreError};
 
 /// A write, carrying the encoded record where there is one (with room for its expiry).
 pub(super) enum Op {
@@ -69,6 +70,9 @@ pub(super) enum Answer {
     /// `reserve` found no record, but reservations wait this long after a machine crash.
     Recovering(Duration),
 }
+
+/// Where a caller waits for its answer.
+pub(super) type Reply = oneshot::Sender<Result<Answer, StoreError>>;
 
 /// The time of a batch and the wait after a machine crash, which every operation applies by.
 #[derive(Clone, Copy)]

@@ -32,6 +32,7 @@ mod journal;
 mod meta;
 mod queue;
 mod recovery;
+mod replay;
 mod syncer;
 mod tables;
 mod wal;

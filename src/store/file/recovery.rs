@@ -13,9 +13,9 @@ use std::sync::Arc;
 use redb::{Database, TableHandle, WriteTransaction};
 
 use super::guard::{FileStoreOptions, Guard};
-use super::journal;
 use super::meta::{Meta, LAYOUT, META};
 use super::queue::QueueTables;
+use super::replay;
 use super::syncer::Durability;
 use super::tables::{Tables, RECORDS};
 use super::wal::{self, LogFile, Scan};
@@ -96,7 +96,7 @@ fn bring_up_to_date(
                 entry.seq, meta.applied
             ));
         }
-        journal::replay(&entry.payload, &mut tables, &mut queues).map_err(|e| failed(&e))?;
+        replay::replay(&entry.payload, &mut tables, &mut queues).map_err(|e| failed(&e))?;
         meta.applied = entry.seq;
         meta.last_entry_at = meta.last_entry_at.max(entry.written_at);
         replayed.entries += 1;

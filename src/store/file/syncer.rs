@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 
 use tokio::sync::watch;
 
-use super::writer::{Answer, Reply};
+use super::batch::{Answer, Reply};
 use crate::store::api::StoreError;
 
 /// An answer held back until the log is synced past `seq`.

@@ -28,7 +28,7 @@ use redb::Database;
 use tokio::sync::oneshot;
 
 use super::batch::{apply_one, Clock};
-pub(super) use super::batch::{Answer, Op};
+pub(super) use super::batch::{Answer, Op, Reply};
 use super::guard::Guard;
 use super::journal::Journal;
 use super::meta::{self, Meta, META};
@@ -53,8 +53,6 @@ const SWEEP_CHUNK: usize = 8192;
 const CHECKPOINT_BYTES: u64 = 32 << 20;
 /// Bounds how long redb keeps pages it may not reuse before a durable commit.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(10);
-
-pub(super) type Reply = oneshot::Sender<Result<Answer, StoreError>>;
 
 /// What the writer thread starts from: the opened file, its log, and what recovery found.
 pub(super) struct Start {
