@@ -4,6 +4,9 @@
 //! the cut, nothing from a torn or corrupt entry); and after a crash the store waits out a lease
 //! for fresh reservations only when the machine has restarted.
 //!
+//! During that wait the proxy answers a fresh key `503 store-unavailable` with `Retry-After`,
+//! even on a route that fails open.
+//!
 //! The crash images come from a child process killed with SIGKILL; a machine crash is what such
 //! an image looks like with the log's unsynced tail lost, which cutting the log stands for, and
 //! with another boot id, which the store takes as an option.
@@ -11,18 +14,27 @@
 mod common;
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use axum::body::Body;
 use bytes::Bytes;
 use common::records::{acquire, fp, key, outcome};
 use common::temp::TempPath;
-use idempotency_proxy::model::{Record, ScopedKey};
+use http::header::RETRY_AFTER;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use idempotency_proxy::idempotency::policy::StoreErrorPolicy;
+use idempotency_proxy::model::{Record, RouteName, ScopedKey};
 use idempotency_proxy::store::file::FileStoreOptions;
 use idempotency_proxy::store::{FileStore, Reservation, Store, StoreError};
+use idempotency_proxy::{IdempotencyLayer, Policy, ProblemLayer};
+use tower::{Layer, ServiceExt};
 
 /// Longer than any test here runs, so nothing it writes expires while it checks.
 const LONG: Duration = Duration::from_secs(3600);
@@ -465,4 +477,49 @@ fn a_log_that_is_not_this_stores_stops_the_open_with_its_name() {
         foreign
     );
     std::fs::remove_file(log_of(path.path())).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_the_wait_a_fresh_key_is_refused_503_with_retry_after_even_under_fail_open() {
+    let path = TempPath::new("log-layer.redb");
+    killed_holder(path.path());
+    let store = FileStore::open_with(path.path(), &options("the-next-boot")).unwrap();
+    let mut policy = Policy::new(RouteName::new("payments").unwrap());
+    policy.lease = Duration::from_secs(3600);
+    policy.on_store_error = StoreErrorPolicy::FailOpen;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let upstream = tower::service_fn(move |_: Request<Body>| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, Infallible>(Response::new(Body::empty())) }
+    });
+    let layered = IdempotencyLayer::new(Arc::new(store), policy).layer(upstream);
+    let service = ProblemLayer::default().layer(layered);
+    let request = Request::post("/v1/charges")
+        .header("idempotency-key", "fresh")
+        .body(Body::from("{}"))
+        .unwrap();
+    let response = service.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let retry_after: u64 = response.headers()[RETRY_AFTER]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The route's own lease, counted from the child's last write moments ago.
+    assert!((3000..=3600).contains(&retry_after), "{retry_after}");
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(
+        problem["type"]
+            .as_str()
+            .unwrap()
+            .ends_with(":store-unavailable"),
+        "{problem}"
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "nothing reached the upstream"
+    );
 }
