@@ -1,5 +1,6 @@
 //! The file store beyond the shared suite: what survives a restart or a crash, how opening fails,
-//! and that expired records are purged so the file stops growing.
+//! that expired records are purged so the file stops growing, and that a file of the previous
+//! release opens.
 
 mod common;
 
@@ -15,9 +16,8 @@ use bytes::Bytes;
 use common::records::{acquire, big_body, key, outcome};
 use common::temp::TempPath;
 use idempotency_proxy::model::{FencingToken, Record, ScopedKey};
-use idempotency_proxy::store::{
-    self, file::PURGE_INTERVAL, Fenced, FileStore, Store, StoreError, StoreSpec,
-};
+use idempotency_proxy::store::file::{FileStoreOptions, PURGE_INTERVAL};
+use idempotency_proxy::store::{self, Fenced, FileStore, Store, StoreError, StoreSpec};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -299,4 +299,49 @@ fn acknowledged_writes_survive_a_kill() {
             }
         }
     });
+}
+
+/// A store file as the release before wrote it: the record tables only, every write synced, no
+/// log beside it.
+fn previous_release_file(path: &Path, name: &str, record: &Record) {
+    let records: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("records");
+    let expiries: redb::TableDefinition<(u64, &str), ()> = redb::TableDefinition::new("expiries");
+    let expiry = std::time::SystemTime::now() + LONG;
+    let expiry = expiry
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let mut value = expiry.to_be_bytes().to_vec();
+    value.extend_from_slice(&record.encode());
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    let storage_key = key(name).storage_key().to_owned();
+    txn.open_table(records)
+        .unwrap()
+        .insert(storage_key.as_str(), value.as_slice())
+        .unwrap();
+    txn.open_table(expiries)
+        .unwrap()
+        .insert((expiry, storage_key.as_str()), ())
+        .unwrap();
+    txn.commit().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_of_the_previous_release_opens_as_it_is() {
+    let path = TempPath::new("file-previous.redb");
+    let done = outcome(FencingToken::generate(), big_body());
+    previous_release_file(path.path(), "done", &Record::Completed(done.clone()));
+    // On another boot than any: the previous release synced every write, so it lost nothing
+    // and nothing waits.
+    let options = FileStoreOptions::default().boot_id("a-boot-it-never-saw");
+    let store = FileStore::open_with(path.path(), &options).unwrap();
+    let (record, _) = store.get(&key("done")).await.unwrap().unwrap();
+    assert_eq!(record, Record::Completed(done));
+    acquire(&store, &key("fresh"), Duration::from_secs(3600)).await;
+    drop(store);
+    // Written from then on in this release's layout, and read back by it.
+    let store = FileStore::open(path.path()).unwrap();
+    assert!(in_flight_token(&store, &key("fresh")).await.is_some());
+    assert_eq!(store.stored_records().await.unwrap(), 2);
 }

@@ -138,7 +138,7 @@ pub(super) struct Scan {
 pub(super) enum ScanError {
     #[error("cannot read the write-ahead log: {0}")]
     Io(#[from] std::io::Error),
-    #[error("the write-ahead log does not start with this store's header; refusing to touch it")]
+    #[error("the write-ahead log does not start with this store's header (if it is not this store's log, move it away); refusing to touch it")]
     NotALog,
     #[error("the write-ahead log is of format {0}, written by a later release; run that release")]
     Later(u32),
