@@ -3,8 +3,12 @@
 //!
 //! - `layout`: the store layout (1 since the write-ahead log); a file without it was written by
 //!   the release before, which synced every write and kept no log.
-//! - `applied`: the last log entry whose changes are in the file. Written with every batch, so
-//!   whatever state the file is found in says which entries to replay.
+//! - `applied`: the last log entry whose changes are in the file as of the last checkpoint,
+//!   written with it; the entries after it are replayed. redb comes back after a crash as its
+//!   last durable commit, which is a checkpoint; and were it ever found further on (a batch
+//!   committed without a sync that survived after all), replaying entries it already holds
+//!   changes nothing: every change in an entry is a whole put or delete of one key, and the
+//!   index tables are kept by the same calls from the value actually there.
 //! - `last_entry_at`: when the last entry was written (unix ms), as of the last checkpoint.
 //! - `boot`: the machine's boot id when the store was opened; `clean`: whether it was closed.
 //! - `guard_from`: when the last entry before a machine crash was written (unix ms), kept so
@@ -49,7 +53,7 @@ impl Meta {
 
     pub(super) fn write(&self, table: &mut Table<'_, &str, &[u8]>) -> Result<(), StorageError> {
         table.insert("layout", LAYOUT.to_le_bytes().as_slice())?;
-        write_applied(table, self.applied)?;
+        table.insert("applied", self.applied.to_le_bytes().as_slice())?;
         table.insert("last_entry_at", self.last_entry_at.to_le_bytes().as_slice())?;
         match &self.boot {
             Some(boot) => table.insert("boot", boot.as_bytes())?,
@@ -59,12 +63,4 @@ impl Meta {
         table.insert("guard_from", self.guard_from.to_le_bytes().as_slice())?;
         Ok(())
     }
-}
-
-pub(super) fn write_applied(
-    table: &mut Table<'_, &str, &[u8]>,
-    applied: u64,
-) -> Result<(), StorageError> {
-    table.insert("applied", applied.to_le_bytes().as_slice())?;
-    Ok(())
 }

@@ -65,7 +65,7 @@ fn written_by_previous_release(txn: &WriteTransaction) -> Result<bool, String> {
 }
 
 /// How many entries were replayed, and how many bytes after them were dropped.
-#[derive(Default, Clone, Copy)]
+#[derive(Clone, Copy)]
 struct Replayed {
     entries: usize,
     cut: u64,
@@ -78,16 +78,35 @@ fn bring_up_to_date(
     boot: Option<String>,
 ) -> Result<(Meta, Replayed), String> {
     let failed = |e: &dyn std::fmt::Display| e.to_string();
-    let mut tables = Tables::open(txn).map_err(|e| failed(&e))?;
-    let mut queues = QueueTables::open(txn).map_err(|e| failed(&e))?;
     let mut meta_table = txn.open_table(META).map_err(|e| failed(&e))?;
     let mut meta = Meta::read(&meta_table).map_err(|e| failed(&e))?;
-    let first_unclean = meta.layout.is_some() && !meta.clean;
-    let mut replayed = Replayed {
+    let unclean = meta.layout.is_some() && !meta.clean;
+    let entries = replay_after(txn, scan, &mut meta)?;
+    // The machine restarted since the store was opened, and it was not closed: the
+    // reservations of the last moments before the crash may be lost with the log's tail.
+    let machine_crash = unclean && !(boot.is_some() && meta.boot == boot);
+    if machine_crash {
+        meta.guard_from = meta.guard_from.max(meta.last_entry_at);
+    }
+    meta.layout = Some(LAYOUT);
+    meta.boot = boot;
+    meta.clean = false;
+    meta.write(&mut meta_table).map_err(|e| failed(&e))?;
+    let replayed = Replayed {
+        entries,
         cut: scan.cut,
-        ..Replayed::default()
+        machine_crash,
     };
+    Ok((meta, replayed))
+}
+
+/// Replays the entries of `scan` past `meta.applied`, moving it on; returns how many.
+fn replay_after(txn: &WriteTransaction, scan: &Scan, meta: &mut Meta) -> Result<usize, String> {
+    let failed = |e: &dyn std::fmt::Display| e.to_string();
+    let mut tables = Tables::open(txn).map_err(|e| failed(&e))?;
+    let mut queues = QueueTables::open(txn).map_err(|e| failed(&e))?;
     let durable = meta.applied;
+    let mut replayed = 0;
     for entry in scan.entries.iter().filter(|entry| entry.seq > durable) {
         if entry.seq != meta.applied + 1 {
             return Err(format!(
@@ -99,18 +118,9 @@ fn bring_up_to_date(
         replay::replay(&entry.payload, &mut tables, &mut queues).map_err(|e| failed(&e))?;
         meta.applied = entry.seq;
         meta.last_entry_at = meta.last_entry_at.max(entry.written_at);
-        replayed.entries += 1;
+        replayed += 1;
     }
-    let same_boot = boot.is_some() && meta.boot == boot;
-    if first_unclean && !same_boot {
-        meta.guard_from = meta.guard_from.max(meta.last_entry_at);
-        replayed.machine_crash = true;
-    }
-    meta.layout = Some(LAYOUT);
-    meta.boot = boot;
-    meta.clean = false;
-    meta.write(&mut meta_table).map_err(|e| failed(&e))?;
-    Ok((meta, replayed))
+    Ok(replayed)
 }
 
 /// The start's one log line, when there is something to say.

@@ -31,7 +31,7 @@ use super::batch::{apply_one, Clock};
 pub(super) use super::batch::{Answer, Op, Reply};
 use super::guard::Guard;
 use super::journal::Journal;
-use super::meta::{self, Meta, META};
+use super::meta::{Meta, META};
 use super::queue::QueueTables;
 use super::syncer::{Durability, Syncer};
 use super::tables::Tables;
@@ -252,7 +252,6 @@ impl WriterThread {
         };
         let logged = journals.iter().any(|journal| !journal.is_empty());
         if logged {
-            meta::write_applied(&mut txn.open_table(META)?, seq)?;
             self.durability.applying(seq);
         } else if purged == 0 {
             txn.abort()?;
