@@ -5,6 +5,7 @@
 //!
 //! `cargo bench --bench stores`
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
@@ -16,6 +17,7 @@ use idempotency_proxy::model::{
     CompletedRecord, Fingerprint, IdempotencyKey, RouteName, ScopedKey, StoredBody,
 };
 use idempotency_proxy::store::{FileStore, MemoryStore, Reservation, Store};
+use tokio::runtime::Runtime;
 
 const PAIRS: usize = 2000;
 const TASKS: usize = 64;
@@ -59,25 +61,35 @@ async fn pair(store: &dyn Store, name: &str) {
     store.complete(&key, &record, LONG).await.unwrap();
 }
 
-fn reserve_complete_pairs(c: &mut Criterion) {
+/// A store and the name its figures are reported under.
+type NamedStore = (&'static str, Arc<dyn Store>);
+
+/// A runtime of 2 threads, and a fresh file store (in a file named after `name`) and memory
+/// store to run on it; the file's path, to remove afterwards.
+fn runtime_and_stores(name: &str) -> (Runtime, PathBuf, [NamedStore; 2]) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     let path = std::env::temp_dir().join(format!(
-        "idempotency-proxy-bench-{}.redb",
+        "idempotency-proxy-{name}-{}.redb",
         std::process::id()
     ));
     let _ = std::fs::remove_file(&path);
     let file: Arc<dyn Store> = Arc::new(FileStore::open(&path).unwrap());
     let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    (runtime, path, [("file", file), ("memory", memory)])
+}
+
+fn reserve_complete_pairs(c: &mut Criterion) {
+    let (runtime, path, stores) = runtime_and_stores("bench");
     let mut group = c.benchmark_group("reserve_complete_pairs");
     group
         .sample_size(10)
         .throughput(Throughput::Elements(PAIRS as u64));
     let round = AtomicUsize::new(0);
-    for (name, store) in [("file", file), ("memory", memory)] {
+    for (name, store) in stores {
         group.bench_function(name, |b| {
             b.to_async(&runtime).iter_custom(|iters| {
                 let store = store.clone();
@@ -117,19 +129,8 @@ fn cpu_time() -> Duration {
 }
 
 fn cpu_per_pair(_: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let path = std::env::temp_dir().join(format!(
-        "idempotency-proxy-bench-cpu-{}.redb",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&path);
-    let file: Arc<dyn Store> = Arc::new(FileStore::open(&path).unwrap());
-    let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    for (name, store) in [("file", file), ("memory", memory)] {
+    let (runtime, path, stores) = runtime_and_stores("bench-cpu");
+    for (name, store) in stores {
         let (cpu, started) = (cpu_time(), Instant::now());
         runtime.block_on(async {
             for round in 0..CPU_ROUNDS {
