@@ -257,7 +257,11 @@ impl WriterThread {
             txn.abort()?;
             return Ok((answers, None));
         }
-        txn.commit()?;
+        if let Err(e) = txn.commit() {
+            // Nothing of the batch is visible: readers must not wait for an entry never written.
+            self.durability.applying(seq - 1);
+            return Err(e.into());
+        }
         Ok((answers, logged.then_some(journals)))
     }
 
