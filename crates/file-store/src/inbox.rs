@@ -1,6 +1,7 @@
-//! The file store's [`Inbox`]: writes go through the writer thread like every record write
-//! (one transaction per batch, fsynced before the caller hears of it); counts and listings are
-//! read transactions on a blocking thread.
+//! The file store's [`Inbox`]: writes go through the writer thread like every record write,
+//! each answered once the write-ahead log is synced past it (a claim too, so no delivery goes
+//! out that a crash of the machine could take back); counts and listings are read transactions
+//! on a blocking thread, answered once what they saw is synced.
 
 use std::ops::Bound;
 use std::time::{Duration, SystemTime};

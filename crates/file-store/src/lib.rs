@@ -1,22 +1,22 @@
-//! The embedded store: one redb file on local disk, durable across crashes of the process.
+//! The embedded store: one redb file on local disk and a write-ahead log beside it.
 //!
-//! Durability: every write (`reserve`, `renew`, `complete`, `release`, `remove`) is committed with
-//! `Durability::Immediate`, so the file is fsynced before the caller gets its answer. An
-//! acknowledged reservation or completion survives a SIGKILL or a power cut; redb's copy-on-write
-//! commits mean a crash mid-commit leaves the previous state, never a torn record. Opening a file
-//! after a crash first rebuilds redb's free-page state by walking the file, so that first open
-//! takes longer the larger the file is.
+//! What survives what: a reservation (and a renewal or release) survives a crash of the process
+//! once it is answered; a completion, an inbox acceptance or settlement and an admin delete
+//! survive a crash of the machine once answered. All writes go through one writer thread
+//! (`writer.rs`) that applies every queued operation in one redb transaction committed without
+//! a sync, appends the batch's changes to the log (`wal.rs`, `journal.rs`) and answers at the
+//! level each step needs, while a syncer thread (`syncer.rs`) syncs the log behind it: a keyed
+//! request waits for at most one sync, shared with every request in the same stretch of the
+//! log, and the next batch is written while the last one syncs. The log is made redundant by
+//! periodic durable redb commits (checkpoints) and replayed on open after a crash
+//! (`recovery.rs`); after a machine crash, fresh reservations wait out a lease (`guard.rs`).
 //!
-//! Group commit: an fsync costs milliseconds, so paying one per request would cap the proxy at a
-//! few hundred writes a second. All writes go through one writer thread (`writer.rs`) that applies
-//! every queued operation in a single transaction and commits once, then answers each caller.
-//! Each operation still sees the effects of those before it in the batch, so a batch behaves
-//! exactly like the same operations one after another: `reserve` looks up and inserts in the same
-//! transaction, and the fenced writes act only on the in-flight record of the caller's token.
-//! Reads (`get`, `ping`) open read transactions on a blocking thread and see committed state only.
+//! Reads (`get`, inbox counts and listings) open read transactions on a blocking thread. They
+//! can see batches the syncer has not synced yet, so a read that could show one waits for that
+//! sync first: nobody is shown what a machine crash could take back.
 //!
 //! Inbox queues (`queue.rs`, `inbox.rs`) live in tables of their own in the same file, written
-//! by the same writer thread: an acknowledgement and its delivery commit in one transaction.
+//! by the same writer thread: an acknowledgement and its delivery are in one batch.
 //!
 //! Expiry: each value carries its absolute expiry (unix milliseconds, see `tables.rs`); an
 //! expired record counts as absent everywhere. The writer purges expired records through an index
@@ -24,9 +24,18 @@
 //! steady load with a short ttl reuses its pages instead of growing. Wall-clock time is used, not
 //! a monotonic clock, because expiries must mean the same after a restart.
 
+mod batch;
+mod checksum;
+mod guard;
 mod inbox;
+mod journal;
+mod meta;
 mod queue;
+mod recovery;
+mod replay;
+mod syncer;
 mod tables;
+mod wal;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -42,12 +51,14 @@ use idempotency_core::model::{
 };
 use idempotency_core::store::Inbox;
 use idempotency_core::store::{Fenced, Removal, Removed, Reservation, Store, StoreError};
-use tables::{EXPIRIES, RECORDS};
+use syncer::Durability;
+use tables::RECORDS;
 use writer::{Answer, Op, Writer};
 
+pub use guard::FileStoreOptions;
 pub use writer::PURGE_INTERVAL;
 
-/// A store in one local file, written by one writer thread with group commit.
+/// A store in one local file and its write-ahead log, written by one writer thread.
 ///
 /// ```
 /// use std::time::Duration;
@@ -76,15 +87,22 @@ pub struct FileStore {
     // the last handle and dropping it closes the file.
     writer: Writer,
     db: Arc<Database>,
+    durability: Arc<Durability>,
 }
 
 /// The memory redb may use to cache pages of the store file.
 const PAGE_CACHE_BYTES: usize = 16 * 1024 * 1024;
 
 impl FileStore {
-    /// Opens the database at `path`, creating it (and any missing directories) if needed. This
-    /// blocks on file I/O; async callers should run it on a blocking thread.
+    /// Opens the store at `path` (and its log at `PATH-wal`), creating it (and any missing
+    /// directories) if needed, and replays what a crash left in the log. This blocks on file
+    /// I/O; async callers should run it on a blocking thread.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with(path, &FileStoreOptions::default())
+    }
+
+    /// [`open`](Self::open), with `options`.
+    pub fn open_with(path: &Path, options: &FileStoreOptions) -> Result<Self, StoreError> {
         let fail = |why: String| StoreError::Open(format!("file store {}: {why}", path.display()));
         if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
@@ -96,25 +114,15 @@ impl FileStore {
             .set_cache_size(PAGE_CACHE_BYTES)
             .create(path)
             .map_err(|e| fail(explain(e)))?;
-        let txn = db.begin_write().map_err(|e| fail(e.to_string()))?;
-        // Created up front so that read transactions always find both tables.
-        for result in [
-            txn.open_table(RECORDS).map(drop),
-            txn.open_table(EXPIRIES).map(drop),
-            txn.open_table(queue::INBOX).map(drop),
-            txn.open_table(queue::INBOX_DUE).map(drop),
-            txn.open_table(queue::INBOX_DEAD).map(drop),
-        ] {
-            result.map_err(|e| fail(e.to_string()))?;
-        }
-        txn.commit().map_err(|e| fail(e.to_string()))?;
-        let db = Arc::new(db);
-        let writer = Writer::spawn(db.clone())
+        let start = recovery::recover(path, Arc::new(db), options).map_err(fail)?;
+        let (db, durability) = (start.db.clone(), start.durability.clone());
+        let writer = Writer::spawn(start)
             .map_err(|e| fail(format!("cannot start the writer thread: {e}")))?;
         Ok(Self {
             path: path.to_owned(),
             writer,
             db,
+            durability,
         })
     }
 
@@ -125,18 +133,42 @@ impl FileStore {
 
     /// How many records the file holds, counting expired ones not purged yet.
     pub async fn stored_records(&self) -> Result<u64, StoreError> {
-        self.read(|txn| {
+        self.read_unsynced(|txn| {
             let table = txn.open_table(RECORDS).map_err(read_failed)?;
             table.len().map_err(read_failed)
         })
         .await
     }
 
-    /// Runs a read transaction on a blocking thread.
+    /// Runs a read transaction on a blocking thread, and answers once everything it could
+    /// have seen is synced.
     async fn read<T: Send + 'static>(
         &self,
         read: impl FnOnce(redb::ReadTransaction) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        let durability = self.durability.clone();
+        let (value, seen) = self
+            .read_unsynced(move |txn| {
+                // Loaded after the transaction began: the writer raises it before each commit,
+                // so it covers every batch the transaction can see.
+                let seen = durability.applied();
+                Ok((read(txn)?, seen))
+            })
+            .await?;
+        self.durability.wait_synced(seen).await?;
+        Ok(value)
+    }
+
+    /// Runs a read transaction on a blocking thread, for what shows no record.
+    async fn read_unsynced<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(redb::ReadTransaction) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        if let Some(why) = self.durability.failure() {
+            return Err(StoreError::Unavailable(format!(
+                "the file store stopped writing ({why}); restart the proxy"
+            )));
+        }
         let db = self.db.clone();
         let run = move || read(db.begin_read().map_err(read_failed)?);
         tokio::task::spawn_blocking(run)
@@ -240,6 +272,7 @@ impl Store for FileStore {
         {
             Answer::Acquired => Ok(Reservation::Acquired(token)),
             Answer::Existing(raw) => Ok(decode(raw)?.into()),
+            Answer::Recovering(wait) => Err(StoreError::Recovering(wait)),
             _ => Err(mismatch()),
         }
     }
@@ -290,7 +323,7 @@ impl Store for FileStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        self.read(|txn| txn.open_table(RECORDS).map(drop).map_err(read_failed))
+        self.read_unsynced(|txn| txn.open_table(RECORDS).map(drop).map_err(read_failed))
             .await
     }
 

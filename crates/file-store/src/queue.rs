@@ -9,10 +9,16 @@
 //! - `inbox_dead`: `(route, id)` to a dead delivery's encoding, in id order for paging.
 //!
 //! `accept` writes the acknowledgement record and the delivery in the one transaction that
-//! writes every other record of its batch, committed and fsynced before anyone hears of it.
+//! writes every other record of its batch, logged and synced before anyone hears of it.
+//! Changes to `inbox` and `inbox_dead` go to a [`Journal`] for the write-ahead log; `inbox_due`
+//! follows from `inbox` and is rebuilt by the same calls on replay.
 
 use redb::{ReadableTable, StorageError, Table, TableDefinition, TableError, WriteTransaction};
 
+use std::time::Duration;
+
+use super::guard::Guard;
+use super::journal::Journal;
 use idempotency_core::model::{unix_millis, Delivery, DeliveryId, FencingToken};
 use idempotency_core::store::Fenced;
 use idempotency_core::store::Settlement;
@@ -81,11 +87,12 @@ pub(super) enum QueueAnswer {
     Done(bool),
 }
 
-/// The three tables, opened inside one write transaction.
+/// The three tables, opened inside one write transaction, and the changes made to them.
 pub(super) struct QueueTables<'txn> {
     live: Table<'txn, (&'static str, u128), &'static [u8]>,
     due: Table<'txn, (&'static str, u64, u128), ()>,
     dead: Table<'txn, (&'static str, u128), &'static [u8]>,
+    journal: Journal,
 }
 
 type Result<T> = std::result::Result<T, StorageError>;
@@ -96,7 +103,13 @@ impl<'txn> QueueTables<'txn> {
             live: txn.open_table(INBOX)?,
             due: txn.open_table(INBOX_DUE)?,
             dead: txn.open_table(INBOX_DEAD)?,
+            journal: Journal::default(),
         })
+    }
+
+    /// The changes made through these tables so far, leaving none.
+    pub(super) fn take_journal(&mut self) -> Journal {
+        std::mem::take(&mut self.journal)
     }
 
     /// Queues an encoded delivery, due at `due`, unclaimed.
@@ -118,21 +131,32 @@ impl<'txn> QueueTables<'txn> {
         claim: Option<FencingToken>,
         delivery: &[u8],
     ) -> Result<()> {
-        let old = self
-            .live
-            .insert((queue, id), join_live(due, claim, delivery).as_slice())?;
+        self.put_value(queue, id, &join_live(due, claim, delivery))
+    }
+
+    /// Writes a live entry as it is stored, moving its index entry along with it.
+    pub(super) fn put_value(&mut self, queue: &str, id: u128, value: &[u8]) -> Result<()> {
+        self.journal.live_put(queue, id, value);
+        let old = self.live.insert((queue, id), value)?;
         if let Some((old_due, _, _)) = old.as_ref().and_then(|v| split_live(v.value())) {
             self.due.remove((queue, old_due, id))?;
         }
-        self.due.insert((queue, due, id), ())?;
+        if let Some((due, _, _)) = split_live(value) {
+            self.due.insert((queue, due, id), ())?;
+        }
         Ok(())
     }
 
     /// Removes a live delivery; its claim and encoding, if it was there.
-    fn take(&mut self, queue: &str, id: u128) -> Result<Option<(Option<FencingToken>, Vec<u8>)>> {
+    pub(super) fn take(
+        &mut self,
+        queue: &str,
+        id: u128,
+    ) -> Result<Option<(Option<FencingToken>, Vec<u8>)>> {
         let Some(old) = self.live.remove((queue, id))? else {
             return Ok(None);
         };
+        self.journal.live_delete(queue, id);
         let Some((due, claim, delivery)) = split_live(old.value()) else {
             return Ok(None);
         };
@@ -142,14 +166,22 @@ impl<'txn> QueueTables<'txn> {
         Ok(Some(taken))
     }
 
-    pub(super) fn apply(&mut self, op: QueueOp) -> Result<QueueAnswer> {
+    /// Applies `op`; while `guard` says a machine crash may have lost claims whose attempts
+    /// are still running, nothing is claimed.
+    pub(super) fn apply(&mut self, op: QueueOp, guard: Guard) -> Result<QueueAnswer> {
         match op {
             QueueOp::Claim {
                 queue,
                 now,
                 max,
                 until,
-            } => self.claim(&queue, now, max, until),
+            } => {
+                let lease = Duration::from_millis(until.saturating_sub(now));
+                if guard.wait(now, lease).is_some() {
+                    return Ok(QueueAnswer::Claimed(Vec::new()));
+                }
+                self.claim(&queue, now, max, until)
+            }
             QueueOp::Settle {
                 queue,
                 id,
@@ -160,7 +192,7 @@ impl<'txn> QueueTables<'txn> {
                 .map(QueueAnswer::Fenced),
             QueueOp::RetryDead { queue, id, now } => self.retry_dead(&queue, id, now),
             QueueOp::RemoveDead { queue, id } => {
-                let removed = self.dead.remove((queue.as_str(), id_key(id)))?.is_some();
+                let removed = self.unbury(&queue, id_key(id))?.is_some();
                 Ok(QueueAnswer::Done(removed))
             }
         }
@@ -213,18 +245,14 @@ impl<'txn> QueueTables<'txn> {
             }
             Settlement::Dead { failure } => {
                 let raw = with_failure(raw, failure.status, failure.error.as_deref());
-                self.dead.insert((queue, key), raw.as_slice())?;
+                self.bury(queue, key, &raw)?;
             }
         }
         Ok(Fenced::Applied)
     }
 
     fn retry_dead(&mut self, queue: &str, id: DeliveryId, now: u64) -> Result<QueueAnswer> {
-        let Some(raw) = self
-            .dead
-            .remove((queue, id_key(id)))?
-            .map(|v| v.value().to_vec())
-        else {
+        let Some(raw) = self.unbury(queue, id_key(id))? else {
             return Ok(QueueAnswer::Done(false));
         };
         let raw = match Delivery::decode(raw.clone().into()) {
@@ -237,6 +265,24 @@ impl<'txn> QueueTables<'txn> {
         };
         self.push(queue, id, now, &raw)?;
         Ok(QueueAnswer::Done(true))
+    }
+}
+
+impl QueueTables<'_> {
+    /// Keeps a dead delivery's encoding.
+    pub(super) fn bury(&mut self, queue: &str, id: u128, raw: &[u8]) -> Result<()> {
+        self.journal.dead_put(queue, id, raw);
+        self.dead.insert((queue, id), raw)?;
+        Ok(())
+    }
+
+    /// Removes a dead delivery; its encoding, if it was there.
+    pub(super) fn unbury(&mut self, queue: &str, id: u128) -> Result<Option<Vec<u8>>> {
+        let Some(raw) = self.dead.remove((queue, id))?.map(|v| v.value().to_vec()) else {
+            return Ok(None);
+        };
+        self.journal.dead_delete(queue, id);
+        Ok(Some(raw))
     }
 }
 

@@ -5,9 +5,13 @@
 //! table of its own, means one lookup answers both "is there a record?" and "is it still alive?",
 //! and the two can never disagree. `expiries` is only an index for purging: it holds
 //! `(expiry, key)` for every record, so the expired ones are the first entries in key order.
+//!
+//! Every change to `records` is also written to a [`Journal`], which the writer appends to the
+//! write-ahead log; `expiries` follows from `records` and is rebuilt by the same calls on replay.
 
 use redb::{ReadableTable, StorageError, Table, TableDefinition, TableError, WriteTransaction};
 
+use super::journal::Journal;
 use idempotency_core::model::FencingToken;
 
 pub(super) const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
@@ -40,10 +44,11 @@ pub(super) fn record(value: &[u8]) -> &[u8] {
     value.get(EXPIRY_LEN..).unwrap_or_default()
 }
 
-/// Both tables, opened inside one write transaction.
+/// Both tables, opened inside one write transaction, and the changes made to them.
 pub(super) struct Tables<'txn> {
     records: Table<'txn, &'static str, &'static [u8]>,
     expiries: Table<'txn, (u64, &'static str), ()>,
+    journal: Journal,
 }
 
 impl<'txn> Tables<'txn> {
@@ -51,7 +56,13 @@ impl<'txn> Tables<'txn> {
         Ok(Self {
             records: txn.open_table(RECORDS)?,
             expiries: txn.open_table(EXPIRIES)?,
+            journal: Journal::default(),
         })
+    }
+
+    /// The changes made through these tables so far, leaving none.
+    pub(super) fn take_journal(&mut self) -> Journal {
+        std::mem::take(&mut self.journal)
     }
 
     /// The value under `key` if it has not expired by `now`.
@@ -73,6 +84,7 @@ impl<'txn> Tables<'txn> {
 
     /// Writes a stamped value, moving its index entry along with it.
     pub(super) fn put(&mut self, key: &str, value: &[u8]) -> Result<(), StorageError> {
+        self.journal.record_put(key, value);
         let old = self
             .records
             .insert(key, value)?
@@ -86,14 +98,25 @@ impl<'txn> Tables<'txn> {
 
     /// Deletes whatever is under `key`, expired or not.
     pub(super) fn delete(&mut self, key: &str) -> Result<(), StorageError> {
-        let old = self.records.remove(key)?.map(|old| expiry(old.value()));
-        if let Some(old) = old {
-            self.expiries.remove((old, key))?;
+        if self.remove(key)? {
+            self.journal.record_delete(key);
         }
         Ok(())
     }
 
+    /// Removes `key` and its index entry without journaling it; whether it was there.
+    fn remove(&mut self, key: &str) -> Result<bool, StorageError> {
+        let old = self.records.remove(key)?.map(|old| expiry(old.value()));
+        let Some(old) = old else {
+            return Ok(false);
+        };
+        self.expiries.remove((old, key))?;
+        Ok(true)
+    }
+
     /// Deletes up to `limit` records that expired by `now`, oldest first; returns how many.
+    /// Purges are not journaled: one lost in a crash brings back only records that count as
+    /// absent anyway, and the next purge takes them again.
     pub(super) fn purge(&mut self, now: u64, limit: usize) -> Result<usize, StorageError> {
         let mut expired = Vec::new();
         for entry in self.expiries.range::<(u64, &str)>(..(now + 1, ""))? {
@@ -103,7 +126,7 @@ impl<'txn> Tables<'txn> {
             expired.push(entry?.0.value().1.to_owned());
         }
         for key in &expired {
-            self.delete(key)?;
+            self.remove(key)?;
         }
         Ok(expired.len())
     }

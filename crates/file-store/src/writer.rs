@@ -1,25 +1,43 @@
-//! The single writer thread: group commit of every queued write.
+//! The single writer thread: every write goes through it, a batch at a time.
 //!
 //! Callers queue an `Op` with a oneshot for the answer. The thread takes everything waiting (up to
-//! `MAX_BATCH`), applies it in one write transaction in arrival order, purges a few expired
-//! records, commits once with `Durability::Immediate`, and only then answers. A caller therefore
-//! never hears about a write that is not on disk, and a hundred concurrent callers share one
-//! fsync instead of queueing for a hundred. While a commit is syncing, new operations pile up in
-//! the channel and form the next batch, so batches grow exactly when the load does.
+//! `MAX_BATCH`), applies it in one redb transaction in arrival order, purges a few expired
+//! records, commits without syncing, and appends what the batch changed to the write-ahead log
+//! as one entry (`wal.rs`): a `pwrite`, after which the batch survives a crash of the process.
+//! Then it answers, each caller at the level its step needs:
+//! - a reservation, renewal or release at once: it must survive the process, not the machine;
+//! - a completion, an admin delete and every inbox write once the syncer thread has synced the
+//!   log past the batch (`syncer.rs`); meanwhile this thread writes the next batches;
+//! - a reservation that finds a completed record whose entry is not synced yet waits for that
+//!   sync, so no one is shown an answer that a machine crash could still take back.
+//!
+//! Checkpoints: the log is made redundant by a durable redb commit, after which it is written
+//! from the front again. One is taken when the log passes `CHECKPOINT_BYTES` or has been
+//! growing for `CHECKPOINT_INTERVAL`, in every idle sweep of expired records (the durable
+//! commit is also what lets redb reuse the pages they freed), and on close, which also marks
+//! the store as closed cleanly and removes the log.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use redb::{Database, Durability};
+use redb::Database;
 use tokio::sync::oneshot;
 
-use super::queue::{QueueAnswer, QueueOp, QueueTables};
-use super::tables::{self, Tables};
-use idempotency_core::model::Record;
-use idempotency_core::model::{now_millis, DeliveryId, FencingToken};
-use idempotency_core::store::{Fenced, Removal, Removed, StoreError};
+use super::batch::{apply_one, Clock};
+pub(super) use super::batch::{Answer, Op, Reply};
+use super::guard::Guard;
+use super::journal::Journal;
+use super::meta::{Meta, META};
+use super::queue::QueueTables;
+use super::syncer::{Durability, Syncer};
+use super::tables::Tables;
+use super::wal::LogFile;
+use idempotency_core::model::now_millis;
+use idempotency_core::store::{Fenced, StoreError};
 
 /// Bounds one transaction, so a flood of callers still gets answers in steady instalments.
 const MAX_BATCH: usize = 512;
@@ -29,62 +47,22 @@ const PURGE_PER_BATCH: usize = 2 * MAX_BATCH;
 pub const PURGE_INTERVAL: Duration = Duration::from_secs(1);
 /// Records purged per idle sweep transaction; a full sweep is followed at once by another.
 const SWEEP_CHUNK: usize = 8192;
+/// A checkpoint stalls the writer for one durable redb commit; this many log bytes (a few
+/// seconds of the heaviest load measured) spread that over many batches and bound what a
+/// start after a crash replays.
+const CHECKPOINT_BYTES: u64 = 32 << 20;
+/// Bounds how long redb keeps pages it may not reuse before a durable commit.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(10);
 
-/// A write, carrying the encoded record where there is one (with room for its expiry).
-pub(super) enum Op {
-    Reserve {
-        key: String,
-        value: Vec<u8>,
-        lease: Duration,
-    },
-    Renew {
-        key: String,
-        token: FencingToken,
-        lease: Duration,
-    },
-    Complete {
-        key: String,
-        token: FencingToken,
-        value: Vec<u8>,
-        ttl: Duration,
-    },
-    Release {
-        key: String,
-        token: FencingToken,
-    },
-    Remove {
-        key: String,
-        removal: Removal,
-    },
-    /// Records an inbox acknowledgement and queues its delivery, or finds the key's record.
-    Accept {
-        key: String,
-        value: Vec<u8>,
-        ttl: Duration,
-        queue: String,
-        id: DeliveryId,
-        due: u64,
-        delivery: Vec<u8>,
-    },
-    Queue(QueueOp),
+/// What the writer thread starts from: the opened file, its log, and what recovery found.
+pub(super) struct Start {
+    pub(super) db: Arc<Database>,
+    pub(super) log: LogFile,
+    pub(super) log_path: PathBuf,
+    pub(super) meta: Meta,
+    pub(super) guard: Guard,
+    pub(super) durability: Arc<Durability>,
 }
-
-impl Op {
-    fn touches_queues(&self) -> bool {
-        matches!(self, Op::Accept { .. } | Op::Queue(_))
-    }
-}
-
-pub(super) enum Answer {
-    Acquired,
-    /// `reserve` found a live record: its encoded bytes.
-    Existing(Vec<u8>),
-    Fenced(Fenced),
-    Removed(Removed),
-    Queue(QueueAnswer),
-}
-
-type Reply = oneshot::Sender<Result<Answer, StoreError>>;
 
 pub(super) struct Writer {
     queue: Option<mpsc::Sender<(Op, Reply)>>,
@@ -92,18 +70,19 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub(super) fn spawn(db: Arc<Database>) -> std::io::Result<Self> {
+    pub(super) fn spawn(start: Start) -> std::io::Result<Self> {
+        let syncer = Syncer::spawn(start.durability.clone(), start.log.sync_handle()?)?;
         let (queue, jobs) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("file-store-writer".into())
-            .spawn(move || run(&db, &jobs))?;
+            .spawn(move || WriterThread::new(start, syncer).run(&jobs))?;
         Ok(Self {
             queue: Some(queue),
             thread: Some(thread),
         })
     }
 
-    /// Queues `op` and waits until it is committed (or failed).
+    /// Queues `op` and waits until it is as durable as its step needs (or failed).
     pub(super) async fn submit(&self, op: Op) -> Result<Answer, StoreError> {
         let stopped = || StoreError::Unavailable("the file store writer has stopped".into());
         let (reply, answer) = oneshot::channel();
@@ -114,8 +93,9 @@ impl Writer {
 }
 
 impl Drop for Writer {
-    // Closing the queue lets the thread finish what is queued and exit; waiting for it means the
-    // database file is unlocked once the store is gone, so it can be opened again at once.
+    // Closing the queue lets the thread finish what is queued, checkpoint and exit; waiting for
+    // it means the database file is unlocked once the store is gone, so it can be opened again
+    // at once.
     fn drop(&mut self) {
         drop(self.queue.take());
         if let Some(thread) = self.thread.take() {
@@ -124,175 +104,248 @@ impl Drop for Writer {
     }
 }
 
-fn run(db: &Database, jobs: &Receiver<(Op, Reply)>) {
-    let mut wait = PURGE_INTERVAL;
-    loop {
-        match jobs.recv_timeout(wait) {
-            Ok(first) => {
-                let batch: Vec<_> = std::iter::once(first)
-                    .chain(jobs.try_iter().take(MAX_BATCH - 1))
-                    .collect();
-                commit_batch(db, batch);
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                // A full chunk means there may be more: sweep again unless work arrives.
-                let swept = sweep(db).unwrap_or_else(|e| {
-                    tracing::warn!(error = %e, "file store: purging expired records failed");
-                    0
-                });
-                wait = if swept == SWEEP_CHUNK {
-                    Duration::ZERO
-                } else {
-                    PURGE_INTERVAL
-                };
-            }
-            Err(RecvTimeoutError::Disconnected) => return,
+/// When an answer may go out.
+enum Visibility {
+    /// Once its batch is written: it changes only what must survive the process.
+    Written,
+    /// Once everything written before it is synced.
+    Synced,
+    /// `reserve`: at once, unless it shows a completion whose entry is not synced yet.
+    ShowsRecord(String),
+    /// A completion or an acceptance of `key`: synced, and remembered until it is.
+    Completes(String),
+}
+
+impl Visibility {
+    fn of(op: &Op) -> Self {
+        match op {
+            Op::Reserve { key, .. } => Self::ShowsRecord(key.clone()),
+            Op::Renew { .. } | Op::Release { .. } => Self::Written,
+            Op::Complete { key, .. } | Op::Accept { key, .. } => Self::Completes(key.clone()),
+            Op::Remove { .. } | Op::Queue(_) => Self::Synced,
         }
     }
 }
 
-fn commit_batch(db: &Database, batch: Vec<(Op, Reply)>) {
-    let (ops, replies): (Vec<Op>, Vec<Reply>) = batch.into_iter().unzip();
-    match apply(db, ops) {
-        Ok(answers) => {
-            for (reply, answer) in replies.into_iter().zip(answers) {
+/// What a batch left: each answer with when it may go out, and the changes to log, if any.
+type Applied = (Vec<(Answer, Visibility)>, Option<[Journal; 2]>);
+
+struct WriterThread {
+    db: Arc<Database>,
+    log: LogFile,
+    log_path: PathBuf,
+    /// `applied` is the last entry written to the log.
+    meta: Meta,
+    guard: Guard,
+    durability: Arc<Durability>,
+    syncer: Option<Syncer>,
+    /// Keys completed by entries that may not be synced yet, and the entry of each.
+    unsynced_completions: HashMap<String, u64>,
+    prune_at: usize,
+    checkpointed: Instant,
+}
+
+impl WriterThread {
+    fn new(start: Start, syncer: Syncer) -> Self {
+        Self {
+            db: start.db,
+            log: start.log,
+            log_path: start.log_path,
+            meta: start.meta,
+            guard: start.guard,
+            durability: start.durability,
+            syncer: Some(syncer),
+            unsynced_completions: HashMap::new(),
+            prune_at: MIN_PRUNE,
+            checkpointed: Instant::now(),
+        }
+    }
+
+    fn run(mut self, jobs: &Receiver<(Op, Reply)>) {
+        let mut wait = PURGE_INTERVAL;
+        loop {
+            match jobs.recv_timeout(wait) {
+                Ok(first) => {
+                    let batch: Vec<_> = std::iter::once(first)
+                        .chain(jobs.try_iter().take(MAX_BATCH - 1))
+                        .collect();
+                    self.commit_batch(batch);
+                    if self.log.written() >= CHECKPOINT_BYTES
+                        || (self.log.written() > 0
+                            && self.checkpointed.elapsed() >= CHECKPOINT_INTERVAL)
+                    {
+                        self.checkpoint(0, false);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    // A full chunk means there may be more: sweep again unless work arrives.
+                    let swept = self.checkpoint(SWEEP_CHUNK, false);
+                    wait = if swept == SWEEP_CHUNK {
+                        Duration::ZERO
+                    } else {
+                        PURGE_INTERVAL
+                    };
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        self.close();
+    }
+
+    fn commit_batch(&mut self, batch: Vec<(Op, Reply)>) {
+        let (ops, replies): (Vec<Op>, Vec<Reply>) = batch.into_iter().unzip();
+        if let Some(why) = self.durability.failure() {
+            return refuse(replies, &format!("the file store stopped writing ({why})"));
+        }
+        let clock = Clock {
+            now: now_millis(),
+            guard: self.guard,
+        };
+        let seq = self.meta.applied + 1;
+        let (answers, journals) = match self.apply(ops, seq, clock) {
+            Ok(applied) => applied,
+            // Nothing of the batch was committed, so every caller in it hears of the failure.
+            Err(e) => return refuse(replies, &format!("file store write failed: {e}")),
+        };
+        if let Some(journals) = journals {
+            let parts = [journals[0].as_bytes(), journals[1].as_bytes()];
+            if let Err(e) = self.log.append(seq, clock.now, &parts) {
+                // The tables hold changes the log lacks: nothing more may be written or read.
+                let why = format!("writing the write-ahead log failed: {e}");
+                self.durability.fail(why.clone());
+                return refuse(replies, &why);
+            }
+            self.meta.applied = seq;
+            self.meta.last_entry_at = clock.now;
+            self.durability.written(seq);
+        }
+        for (reply, (answer, visibility)) in replies.into_iter().zip(answers) {
+            self.answer(reply, answer, &visibility);
+        }
+        self.prune();
+    }
+
+    /// Applies `ops` and a purge in one transaction, committed without a sync.
+    fn apply(&mut self, ops: Vec<Op>, seq: u64, clock: Clock) -> Result<Applied, redb::Error> {
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(redb::Durability::None)?;
+        let (answers, journals, purged) = {
+            let mut tables = Tables::open(&txn)?;
+            // Only a batch with inbox work pays for opening the queue tables.
+            let mut queues = None;
+            let mut answers = Vec::with_capacity(ops.len());
+            for op in ops {
+                if op.touches_queues() && queues.is_none() {
+                    queues = Some(QueueTables::open(&txn)?);
+                }
+                let visibility = Visibility::of(&op);
+                let answer = apply_one(&mut tables, queues.as_mut(), op, clock)?;
+                if let (Visibility::Completes(key), true) = (&visibility, completes(&answer)) {
+                    self.unsynced_completions.insert(key.clone(), seq);
+                }
+                answers.push((answer, visibility));
+            }
+            let purged = tables.purge(clock.now, PURGE_PER_BATCH)?;
+            let queued = queues.map(|mut queues| queues.take_journal());
+            let journals = [tables.take_journal(), queued.unwrap_or_default()];
+            (answers, journals, purged)
+        };
+        let logged = journals.iter().any(|journal| !journal.is_empty());
+        if logged {
+            self.durability.applying(seq);
+        } else if purged == 0 {
+            txn.abort()?;
+            return Ok((answers, None));
+        }
+        if let Err(e) = txn.commit() {
+            // Nothing of the batch is visible: readers must not wait for an entry never written.
+            self.durability.applying(seq - 1);
+            return Err(e.into());
+        }
+        Ok((answers, logged.then_some(journals)))
+    }
+
+    fn answer(&self, reply: Reply, answer: Answer, visibility: &Visibility) {
+        let wait_for = match (visibility, &answer) {
+            (Visibility::Written, _) => None,
+            (Visibility::Synced | Visibility::Completes(_), _) => Some(self.meta.applied),
+            (Visibility::ShowsRecord(key), Answer::Existing(_)) => {
+                self.unsynced_completions.get(key).copied()
+            }
+            (Visibility::ShowsRecord(_), _) => None,
+        };
+        match wait_for {
+            Some(seq) => self.durability.answer_when_synced(seq, reply, answer),
+            None => {
                 let _ = reply.send(Ok(answer));
             }
         }
-        // Nothing of the batch was committed, so every caller in it hears of the failure.
-        Err(e) => {
-            let message = format!("file store write failed: {e}");
-            for reply in replies {
-                let _ = reply.send(Err(StoreError::Unavailable(message.clone())));
+    }
+
+    /// Forgets completions that are synced, when there are enough to be worth the pass.
+    fn prune(&mut self) {
+        if self.unsynced_completions.len() < self.prune_at {
+            return;
+        }
+        let synced = self.durability.synced();
+        self.unsynced_completions.retain(|_, seq| *seq > synced);
+        self.prune_at = (2 * self.unsynced_completions.len()).max(MIN_PRUNE);
+    }
+
+    /// A durable commit (with up to `purge` expired records purged), after which the log is
+    /// redundant; returns how many were purged.
+    fn checkpoint(&mut self, purge: usize, clean: bool) -> usize {
+        if self.durability.failure().is_some() {
+            return 0;
+        }
+        match self.try_checkpoint(purge, clean) {
+            Ok(swept) => swept,
+            Err(e) => {
+                tracing::warn!(error = %e, "file store: checkpoint failed; the write-ahead log keeps every write meanwhile");
+                0
             }
+        }
+    }
+
+    fn try_checkpoint(&mut self, purge: usize, clean: bool) -> Result<usize, redb::Error> {
+        let txn = self.db.begin_write()?;
+        let swept = Tables::open(&txn)?.purge(now_millis(), purge)?;
+        if swept == 0 && self.log.written() == 0 && !clean {
+            txn.abort()?;
+            return Ok(0);
+        }
+        let meta = Meta {
+            clean,
+            ..self.meta.clone()
+        };
+        meta.write(&mut txn.open_table(META)?)?;
+        txn.commit()?;
+        self.durability.reached(self.meta.applied);
+        self.log.rewind();
+        self.unsynced_completions.clear();
+        self.checkpointed = Instant::now();
+        Ok(swept)
+    }
+
+    /// The last checkpoint, marked clean; the log goes with it.
+    fn close(mut self) {
+        let clean = self.durability.failure().is_none() && self.try_checkpoint(0, true).is_ok();
+        drop(self.syncer.take());
+        if clean {
+            let _ = std::fs::remove_file(&self.log_path);
         }
     }
 }
 
-/// Applies `ops` and a purge in one durable transaction.
-fn apply(db: &Database, ops: Vec<Op>) -> Result<Vec<Answer>, redb::Error> {
-    let mut txn = db.begin_write()?;
-    txn.set_durability(Durability::Immediate)?;
-    let now = now_millis();
-    let answers = {
-        let mut tables = Tables::open(&txn)?;
-        // Only a batch with inbox work pays for opening the queue tables.
-        let mut queues = None;
-        let mut answers = Vec::with_capacity(ops.len());
-        for op in ops {
-            if op.touches_queues() && queues.is_none() {
-                queues = Some(QueueTables::open(&txn)?);
-            }
-            answers.push(apply_one(&mut tables, queues.as_mut(), op, now)?);
-        }
-        tables.purge(now, PURGE_PER_BATCH)?;
-        answers
-    };
-    txn.commit()?;
-    Ok(answers)
+/// Below this many, remembered completions are not worth a pass to forget.
+const MIN_PRUNE: usize = 1024;
+
+fn completes(answer: &Answer) -> bool {
+    matches!(answer, Answer::Acquired | Answer::Fenced(Fenced::Applied))
 }
 
-fn apply_one(
-    tables: &mut Tables<'_>,
-    queues: Option<&mut QueueTables<'_>>,
-    op: Op,
-    now: u64,
-) -> Result<Answer, redb::Error> {
-    let until =
-        |life: Duration| now.saturating_add(life.as_millis().try_into().unwrap_or(u64::MAX));
-    let answer = match op {
-        Op::Reserve { key, value, lease } => reserve(tables, &key, value, now, until(lease)),
-        Op::Renew { key, token, lease } => fenced(tables, &key, token, now, |tables, mut held| {
-            tables::stamp(&mut held, until(lease));
-            tables.put(&key, &held)
-        }),
-        Op::Complete {
-            key,
-            token,
-            mut value,
-            ttl,
-        } => fenced(tables, &key, token, now, |tables, _| {
-            tables::stamp(&mut value, until(ttl));
-            tables.put(&key, &value)
-        }),
-        Op::Release { key, token } => fenced(tables, &key, token, now, |t, _| t.delete(&key)),
-        Op::Remove { key, removal } => {
-            let Some(value) = tables.live(&key, now)? else {
-                return Ok(Answer::Removed(Removed::Missing));
-            };
-            let in_flight = Record::encoded_in_flight(tables::record(&value));
-            if in_flight && removal == Removal::CompletedOnly {
-                return Ok(Answer::Removed(Removed::KeptInFlight));
-            }
-            tables.delete(&key)?;
-            Ok(Answer::Removed(Removed::Removed))
-        }
-        Op::Accept {
-            key,
-            value,
-            ttl,
-            queue,
-            id,
-            due,
-            delivery,
-        } => {
-            let answer = reserve(tables, &key, value, now, until(ttl))?;
-            if let (Answer::Acquired, Some(queues)) = (&answer, queues) {
-                queues.push(&queue, id, due, &delivery)?;
-            }
-            Ok(answer)
-        }
-        Op::Queue(op) => match queues {
-            Some(queues) => queues.apply(op).map(Answer::Queue),
-            None => Err(redb::StorageError::Io(std::io::Error::other(
-                "the queue tables were not opened",
-            ))),
-        },
-    };
-    Ok(answer?)
-}
-
-/// The live record under `key`, or else `value` written there, in the same transaction.
-fn reserve(
-    tables: &mut Tables<'_>,
-    key: &str,
-    mut value: Vec<u8>,
-    now: u64,
-    expiry: u64,
-) -> Result<Answer, redb::StorageError> {
-    if let Some(existing) = tables.live(key, now)? {
-        return Ok(Answer::Existing(tables::record(&existing).to_vec()));
+fn refuse(replies: Vec<Reply>, why: &str) {
+    for reply in replies {
+        let _ = reply.send(Err(StoreError::Unavailable(why.to_owned())));
     }
-    tables::stamp(&mut value, expiry);
-    tables.put(key, &value)?;
-    Ok(Answer::Acquired)
-}
-
-/// Runs `write` with the held value only if `token` still holds `key`.
-fn fenced(
-    tables: &mut Tables<'_>,
-    key: &str,
-    token: FencingToken,
-    now: u64,
-    write: impl FnOnce(&mut Tables<'_>, Vec<u8>) -> Result<(), redb::StorageError>,
-) -> Result<Answer, redb::StorageError> {
-    let Some(held) = tables.held_by(key, token, now)? else {
-        return Ok(Answer::Fenced(Fenced::LeaseLost));
-    };
-    write(tables, held)?;
-    Ok(Answer::Fenced(Fenced::Applied))
-}
-
-/// One idle purge transaction, committed like any other: a purge lost in a crash would only bring
-/// back records that count as absent anyway, but a durable commit lets redb reuse the freed pages
-/// at once, which is what keeps the file from growing.
-fn sweep(db: &Database) -> Result<usize, redb::Error> {
-    let txn = db.begin_write()?;
-    let swept = Tables::open(&txn)?.purge(now_millis(), SWEEP_CHUNK)?;
-    if swept == 0 {
-        txn.abort()?;
-        return Ok(0);
-    }
-    txn.commit()?;
-    Ok(swept)
 }

@@ -218,11 +218,18 @@ where
 {
     let policy = &ctx.policy;
     tracing::warn!(route = %policy.route, key = %request.key.log_id(), error = %error, "store unavailable");
-    // A record that cannot be decoded is there: forwarding past it could run the operation
-    // a second time, so it is refused even under fail_open.
-    let corrupt = matches!(error, StoreError::Corrupt(_));
-    if corrupt || policy.on_store_error == StoreErrorPolicy::FailClosed {
-        let refused = ProxyError::StoreUnavailable.into_response();
+    // A record that cannot be decoded is there, or a call whose reservation a machine crash
+    // lost may still be running: forwarding could run the operation a second time, so both
+    // are refused even under fail_open.
+    let refuse = matches!(error, StoreError::Corrupt(_) | StoreError::Recovering(_));
+    if refuse || policy.on_store_error == StoreErrorPolicy::FailClosed {
+        let mut refused = ProxyError::StoreUnavailable.into_response();
+        if let StoreError::Recovering(wait) = error {
+            let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
+            refused
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, seconds.into());
+        }
         return (refused, RequestOutcome::Rejected);
     }
     ctx.metrics.failed_open();

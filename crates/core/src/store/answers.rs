@@ -21,6 +21,10 @@ pub enum StoreError {
     /// The store could not be opened at start-up.
     #[error("cannot open store: {0}")]
     Open(String),
+    /// A fresh reservation must wait this long: after a machine crash the store may have lost
+    /// reservations whose upstream calls are still running.
+    #[error("store is waiting out the lease of reservations a machine crash may have lost; retry in {0:?}")]
+    Recovering(Duration),
 }
 
 /// Whether a fenced write (`complete`, `renew`, `release`) found its reservation still current.
