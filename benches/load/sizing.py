@@ -152,6 +152,14 @@ def round_trips(server, prefix, count):
     return out
 
 
+def idle_cpu(store, seconds=3.0):
+    """CPU seconds per second the store's processes use with no request: a cluster's masters
+    gossip and run their timers whatever the load."""
+    before = cpu_seconds(store.pids)
+    time.sleep(seconds)
+    return (cpu_seconds(store.pids) - before) / seconds
+
+
 def record_sample(store):
     """MEMORY USAGE of one record, from the first node that holds one."""
     for url in store.nodes:
@@ -185,6 +193,8 @@ def measure_store(fixtures, store_name, args):
     server = proxy(spec, "a").start(fixtures, f"sizing-{store_name}-a")
     try:
         run = f"sizing-{os.getpid()}-{store_name}"
+        if server.store is not None:
+            result["store_idle_cpu_per_s"] = idle_cpu(server.store)
         log(f"{store_name}: warm-up, then {args.duration}s of keyed first requests")
         at_start = sum(file_sizes(fixtures, "a").values())
         warmup = wrk(fixtures, server, "keyed", args.warmup, f"{run}-w", args)["requests"]
