@@ -20,7 +20,8 @@ proxy's resident set and /proc/PID/io, its fdatasync and write calls (`perf stat
 log's growth, and each node's INFO (used_memory, bytes over the wire, calls per command). Bytes
 held per record: used_memory's growth over the keyed window (the proxy's resident set for the
 memory store) divided by the requests; for the file store, the store file and its log after
-the proxy has closed them. It prints a table and writes every figure to
+the proxy has closed them, and the file's size polled through the keyed window with the
+requests made when it grew (redb grows its file in doublings: each is taken when it is full). It prints a table and writes every figure to
 benches/load/results/sizing.json. CPU figures move with the machine's other load; counts and
 bytes do not.
 """
@@ -39,7 +40,7 @@ import tempfile
 import time
 
 from procs import Interrupted, Processes, cpu_seconds, free_port, log, raise_interrupted
-from sizing_probes import Monitor, Snapshot, Syscalls, calls_between, node_sum
+from sizing_probes import Growth, Monitor, Snapshot, Syscalls, calls_between, node_sum
 from redisclient import Redis
 from runner import HERE, ROOT
 from servers import Fixtures, Proxy, Running
@@ -102,14 +103,16 @@ def prime(server, prefix):
             raise RuntimeError("priming did not produce a replay")
 
 
-def window(fixtures, server, name, mode, prefix, args):
+def window(fixtures, server, name, mode, prefix, args, store_file=None):
     """One measured wrk window: its figures per request."""
     log_path = os.path.join(fixtures.tmp, f"{name}.stderr")
     perf = Syscalls(server.pids[0], os.path.join(fixtures.tmp, f"{name}.perf"))
+    growth = Growth(store_file, log_path) if store_file else None
     before = Snapshot.take(server, log_path)
     figures = wrk(fixtures, server, mode, args.duration, prefix, args)
     after = Snapshot.take(server, log_path)
     syscalls = perf.stop()
+    steps = growth.stop() if growth else []
     n = figures["requests"]
     per = lambda value: None if value is None else value / n
     out = {
@@ -123,6 +126,11 @@ def window(fixtures, server, name, mode, prefix, args):
         "write_call_bytes": per(after.proxy_io["wchar"] - before.proxy_io["wchar"]),
         "syscalls": {k: v / n for k, v in syscalls.items()},
     }
+    if steps:
+        # The requests made when the file grew, counted by the log's lines so far.
+        line = (after.log_bytes - before.log_bytes) / n
+        out["file_growth"] = [{"file_bytes": size, "window_requests": (log - before.log_bytes)
+                               / line} for size, log in steps]
     if server.store is not None:
         out["store_cpu_us"] = per((after.store_cpu_s - before.store_cpu_s) * 1e6)
         for figure in ("used_memory", "total_net_input_bytes", "total_net_output_bytes"):
@@ -198,8 +206,11 @@ def measure_store(fixtures, store_name, args):
         log(f"{store_name}: warm-up, then {args.duration}s of keyed first requests")
         at_start = sum(file_sizes(fixtures, "a").values())
         warmup = wrk(fixtures, server, "keyed", args.warmup, f"{run}-w", args)["requests"]
+        store_file = (os.path.join(fixtures.tmp, "sizing-a.db") if store_name == "file"
+                      else None)
+        result["warmup_requests"] = warmup
         result["keyed"] = window(fixtures, server, f"sizing-{store_name}-a", "keyed",
-                                 f"{run}-k", args)
+                                 f"{run}-k", args, store_file)
         if server.store is not None:
             result["record_memory_usage_bytes"] = record_sample(server.store)
         log(f"{store_name}: replays from the replay cache")

@@ -4,6 +4,8 @@
   request log, and each store node's CPU time and `INFO` (memory, bytes over the wire, calls per
   command). Two of them, before and after a window, give the figures per request.
 - `Syscalls`: `perf stat` counting the proxy's sync and write system calls over a window.
+- `Growth`: the store file's size, polled through a window, each step with the request log's
+  size at that moment (which counts the requests so far).
 - `Monitor`: `MONITOR` on every store node, counting the commands the proxy sends (one round
   trip each: the store's client sends no pipelines on the record path) apart from those a
   script runs inside the server.
@@ -168,3 +170,28 @@ class Monitor:
                 counts = in_scripts if source.endswith(" lua") else sent
                 counts[command] = counts.get(command, 0) + 1
         return {"sent": sent, "in scripts": in_scripts}
+
+
+class Growth:
+    """Polls a file's size until `stop`: [(file bytes, request log bytes)] at each change."""
+
+    def __init__(self, path, log_path, every_s=0.02):
+        self.path, self.log_path, self.every_s = path, log_path, every_s
+        self.steps = []
+        self.running = True
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _poll(self):
+        last = None
+        while self.running:
+            size = os.path.getsize(self.path)
+            if size != last:
+                self.steps.append((size, os.path.getsize(self.log_path)))
+                last = size
+            time.sleep(self.every_s)
+
+    def stop(self):
+        self.running = False
+        self.thread.join()
+        return self.steps
