@@ -254,6 +254,9 @@ def parse_args():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--trips", type=int, default=200, help="requests under MONITOR")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "sizing.json"))
+    parser.add_argument("--upstream", default="sizing.upstream.nginx.conf",
+                        help="the upstream's nginx config template (upstream.nginx.conf: the "
+                             "load run's 47-byte answer)")
     return parser.parse_args()
 
 
@@ -269,13 +272,13 @@ def main():
     try:
         fixtures = Fixtures(tmp, processes, {"A": binary}, run_id=str(os.getpid()))
         port = free_port()
-        nginx = fixtures.start_nginx("sizing.upstream.nginx.conf", "sizing-upstream", port)
+        nginx = fixtures.start_nginx(args.upstream, "sizing-upstream", port)
         fixtures.upstream = Running(port, [nginx.pid])
         results = {name: measure_store(fixtures, name, args)
                    for name in args.stores.split(",")}
         settings = {"duration_s": args.duration, "connections": args.connections,
                     "threads": args.threads, "request_body_bytes": len(BODY),
-                    "response_body_bytes": 204, "cpus": os.cpu_count(),
+                    "upstream": args.upstream, "cpus": os.cpu_count(),
                     "load_average": os.getloadavg()}
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
