@@ -40,7 +40,8 @@ import tempfile
 import time
 
 from procs import Interrupted, Processes, cpu_seconds, free_port, log, raise_interrupted
-from sizing_probes import Growth, Monitor, Snapshot, Syscalls, calls_between, node_sum
+from sizing_probes import (Growth, Monitor, Snapshot, Syscalls, calls_between, node_shares,
+                           node_sum)
 from redisclient import Redis
 from runner import HERE, ROOT
 from servers import Fixtures, Proxy, Running
@@ -111,36 +112,47 @@ def window(fixtures, server, name, mode, prefix, args, store_file=None):
     before = Snapshot.take(server, log_path)
     figures = wrk(fixtures, server, mode, args.duration, prefix, args)
     after = Snapshot.take(server, log_path)
-    syscalls = perf.stop()
-    steps = growth.stop() if growth else []
     n = figures["requests"]
-    per = lambda value: None if value is None else value / n
     out = {
         "requests": n,
         "req_per_s": n / (figures["duration_us"] / 1e6),
         "p99_ms": figures["p99_us"] / 1000,
-        "proxy_cpu_us": per((after.proxy_cpu_s - before.proxy_cpu_s) * 1e6),
-        "proxy_rss_growth_bytes": per(after.proxy_rss - before.proxy_rss),
-        "log_bytes": per(after.log_bytes - before.log_bytes),
-        "disk_write_bytes": per(after.proxy_io["write_bytes"] - before.proxy_io["write_bytes"]),
-        "write_call_bytes": per(after.proxy_io["wchar"] - before.proxy_io["wchar"]),
-        "syscalls": {k: v / n for k, v in syscalls.items()},
+        **proxy_figures(before, after, n),
+        "syscalls": {k: v / n for k, v in perf.stop().items()},
     }
-    if steps:
-        # The requests made when the file grew, counted by the log's lines so far.
-        line = (after.log_bytes - before.log_bytes) / n
-        out["file_growth"] = [{"file_bytes": size, "window_requests": (log - before.log_bytes)
-                               / line} for size, log in steps]
+    if growth is not None:
+        out["file_growth"] = file_growth(growth.stop(), before, after, n)
     if server.store is not None:
-        out["store_cpu_us"] = per((after.store_cpu_s - before.store_cpu_s) * 1e6)
-        for figure in ("used_memory", "total_net_input_bytes", "total_net_output_bytes"):
-            out[f"store_{figure}"] = per(node_sum(after, figure) - node_sum(before, figure))
-        out["store_calls"] = {k: v / n for k, v in calls_between(before, after).items()}
-        # How evenly a cluster's masters share the work: each node's part of the calls.
-        shares = [sum(calls_between(Snapshot(0, 0, {}, 0, nodes=[b]),
-                                    Snapshot(0, 0, {}, 0, nodes=[a])).values())
-                  for b, a in zip(before.nodes, after.nodes)]
-        out["store_node_shares"] = [share / (sum(shares) or 1) for share in shares]
+        out.update(store_figures(before, after, n))
+    return out
+
+
+def proxy_figures(before, after, n):
+    io = {name: (after.proxy_io[name] - before.proxy_io[name]) / n
+          for name in ("write_bytes", "wchar")}
+    return {
+        "proxy_cpu_us": (after.proxy_cpu_s - before.proxy_cpu_s) * 1e6 / n,
+        "proxy_rss_growth_bytes": (after.proxy_rss - before.proxy_rss) / n,
+        "log_bytes": (after.log_bytes - before.log_bytes) / n,
+        "disk_write_bytes": io["write_bytes"],
+        "write_call_bytes": io["wchar"],
+    }
+
+
+def file_growth(steps, before, after, n):
+    """Each size the file had, with the requests made when it grew to it, counted by the
+    request log's lines so far."""
+    line = (after.log_bytes - before.log_bytes) / n
+    return [{"file_bytes": size, "window_requests": (log - before.log_bytes) / line}
+            for size, log in steps]
+
+
+def store_figures(before, after, n):
+    out = {"store_cpu_us": (after.store_cpu_s - before.store_cpu_s) * 1e6 / n}
+    for figure in ("used_memory", "total_net_input_bytes", "total_net_output_bytes"):
+        out[f"store_{figure}"] = (node_sum(after, figure) - node_sum(before, figure)) / n
+    out["store_calls"] = {k: v / n for k, v in calls_between(before, after).items()}
+    out["store_node_shares"] = node_shares(before, after)
     return out
 
 
@@ -197,37 +209,9 @@ def file_sizes(fixtures, which):
 
 def measure_store(fixtures, store_name, args):
     spec = STORES[store_name]
+    run = f"sizing-{os.getpid()}-{store_name}"
     result = {}
-    server = proxy(spec, "a").start(fixtures, f"sizing-{store_name}-a")
-    try:
-        run = f"sizing-{os.getpid()}-{store_name}"
-        if server.store is not None:
-            result["store_idle_cpu_per_s"] = idle_cpu(server.store)
-        log(f"{store_name}: warm-up, then {args.duration}s of keyed first requests")
-        at_start = sum(file_sizes(fixtures, "a").values())
-        warmup = wrk(fixtures, server, "keyed", args.warmup, f"{run}-w", args)["requests"]
-        store_file = (os.path.join(fixtures.tmp, "sizing-a.db") if store_name == "file"
-                      else None)
-        result["warmup_requests"] = warmup
-        result["keyed"] = window(fixtures, server, f"sizing-{store_name}-a", "keyed",
-                                 f"{run}-k", args, store_file)
-        if server.store is not None:
-            result["record_memory_usage_bytes"] = record_sample(server.store)
-        log(f"{store_name}: replays from the replay cache")
-        prime(server, f"{run}-h")
-        result["replay_cached"] = window(fixtures, server, f"sizing-{store_name}-a", "replay",
-                                         f"{run}-h", args)
-    finally:
-        stop_and_wait(server)
-        if store_name == "file" and "keyed" in result:
-            # Every record it holds: the warm-up's, the window's and the replays' keys.
-            records = warmup + result["keyed"]["requests"] + REPLAY_KEYS
-            result["file_bytes"] = file_sizes(fixtures, "a")
-            result["file_bytes_per_record"] = (sum(result["file_bytes"].values())
-                                               - at_start) / records
-        server.stop()
-    if server.store is not None:
-        server.store.flush()
+    with_cache(fixtures, store_name, proxy(spec, "a"), run, args, result)
     server = proxy(spec, "b", "sizing.proxy.toml").start(fixtures, f"sizing-{store_name}-b")
     try:
         log(f"{store_name}: replays read from the store")
@@ -243,6 +227,40 @@ def measure_store(fixtures, store_name, args):
         if server.store is not None:
             server.store.flush()
     return result
+
+
+def with_cache(fixtures, store_name, spec, run, args, result):
+    """Keyed first requests, then replays from the replay cache, with the default settings."""
+    name = f"sizing-{store_name}-a"
+    server = spec.start(fixtures, name)
+    store_file = os.path.join(fixtures.tmp, "sizing-a.db") if store_name == "file" else None
+    try:
+        if server.store is not None:
+            result["store_idle_cpu_per_s"] = idle_cpu(server.store)
+        log(f"{store_name}: warm-up, then {args.duration}s of keyed first requests")
+        at_start = sum(file_sizes(fixtures, "a").values())
+        result["warmup_requests"] = wrk(fixtures, server, "keyed", args.warmup, f"{run}-w",
+                                        args)["requests"]
+        result["keyed"] = window(fixtures, server, name, "keyed", f"{run}-k", args, store_file)
+        if server.store is not None:
+            result["record_memory_usage_bytes"] = record_sample(server.store)
+        log(f"{store_name}: replays from the replay cache")
+        prime(server, f"{run}-h")
+        result["replay_cached"] = window(fixtures, server, name, "replay", f"{run}-h", args)
+    finally:
+        stop_and_wait(server)
+        if store_file is not None and "keyed" in result:
+            file_after_close(fixtures, result, at_start)
+        server.stop()
+        if server.store is not None:
+            server.store.flush()
+
+
+def file_after_close(fixtures, result, at_start):
+    # Every record it holds: the warm-up's, the window's and the replays' keys.
+    records = result["warmup_requests"] + result["keyed"]["requests"] + REPLAY_KEYS
+    result["file_bytes"] = file_sizes(fixtures, "a")
+    result["file_bytes_per_record"] = (sum(result["file_bytes"].values()) - at_start) / records
 
 
 def parse_args():

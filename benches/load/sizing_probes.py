@@ -81,15 +81,27 @@ def node_sum(snapshot, name):
     return sum(int(figures[name]) for figures, _ in snapshot.nodes)
 
 
+def _calls(start, end):
+    """Calls per command one node took between two INFOs, INFO's own left out."""
+    return {command: calls - start.get(command, 0) for command, calls in end.items()
+            if calls != start.get(command, 0) and command != "info"}
+
+
 def calls_between(before, after):
-    """Calls per command made between two snapshots, over every node, INFO's own left out."""
+    """Calls per command made between two snapshots, over every node."""
     out = {}
     for (_, start), (_, end) in zip(before.nodes, after.nodes):
-        for command, calls in end.items():
-            delta = calls - start.get(command, 0)
-            if delta and command != "info":
-                out[command] = out.get(command, 0) + delta
+        for command, delta in _calls(start, end).items():
+            out[command] = out.get(command, 0) + delta
     return out
+
+
+def node_shares(before, after):
+    """Each node's part of all the calls between two snapshots: how evenly a cluster's masters
+    share the work."""
+    totals = [sum(_calls(start, end).values())
+              for (_, start), (_, end) in zip(before.nodes, after.nodes)]
+    return [total / (sum(totals) or 1) for total in totals]
 
 
 class Syscalls:
