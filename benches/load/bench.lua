@@ -2,6 +2,7 @@
 --   plain   POST without a key (not deduplicated: forwarded as it is)
 --   keyed   POST with a fresh Idempotency-Key on every request (a first request each time)
 --   replay  POST cycling over BENCH_REPLAY_KEYS keys primed beforehand (a replay each time)
+-- BENCH_BODY, if set, is the body of every request (the sizing script's).
 -- Keys are "<BENCH_KEY_PREFIX>-<thread>-<n>" (keyed) or "<BENCH_KEY_PREFIX>-r<i>" (replay).
 -- done() prints one parseable line: "BENCH requests=... duration_us=... p50_us=... ...".
 
@@ -11,7 +12,7 @@ local replay_keys = tonumber(os.getenv("BENCH_REPLAY_KEYS") or "16")
 
 wrk.method = "POST"
 wrk.path = "/v1/charges"
-wrk.body = '{"amount":100,"currency":"eur","customer":"cus_1"}'
+wrk.body = os.getenv("BENCH_BODY") or '{"amount":100,"currency":"eur","customer":"cus_1"}'
 wrk.headers["Content-Type"] = "application/json"
 
 local threads = {}

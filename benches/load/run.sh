@@ -8,6 +8,7 @@
 # goals, and writes a chart and every round's figures. Knobs (environment):
 #   BENCH_DURATION=10  BENCH_WARMUP=2  BENCH_ROUNDS=5  BENCH_CONNECTIONS=64  BENCH_THREADS=2
 #   BENCH_REDIS_URL=redis://127.0.0.1:6379/11  BENCH_REPLAY_KEYS=16
+#   BENCH_BODY='{...}'  (the body wrk sends; default a 50-byte JSON object)
 #   BENCH_CASES=ours-keyed-memory,...  (a subset; nginx pass-through always runs)
 #   BENCH_PROXY_BIN=path  (default target/release/idempotency-proxy)
 #   BENCH_PROXY_BIN_B=path  (a second build: every case of ours also runs as "<case> (B)")

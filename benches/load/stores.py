@@ -1,4 +1,5 @@
-"""Store servers of the run's own, beside the shared Redis: a Valkey and a Redis Cluster.
+"""Store servers of the run's own, beside the shared Redis: a Valkey, a Redis Cluster, and (for
+the sizing script) a Redis.
 
 A case names one as its proxy's store (`Proxy(ValkeyServer())`); it is started on first use,
 kept for the whole run, flushed after every measured run of a case (it is private, so nothing
@@ -52,6 +53,18 @@ class ValkeyServer:
                              "or set VALKEY_SERVER")
         port = free_port()
         process = _start_node(fixtures, program, name, port)
+        url = f"redis://127.0.0.1:{port}"
+        return Started(url, [process.pid], [url])
+
+
+@dataclass(frozen=True)
+class RedisServer:
+    """One Redis of the run's own, without persistence, on a free loopback port: what the
+    sizing script measures, so that no one else's commands or keys are counted with its own."""
+
+    def start(self, fixtures, name):
+        port = free_port()
+        process = _start_node(fixtures, "redis-server", name, port)
         url = f"redis://127.0.0.1:{port}"
         return Started(url, [process.pid], [url])
 
