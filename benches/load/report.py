@@ -145,13 +145,20 @@ def cpu_table(cases, summaries):
     return "\n".join(lines)
 
 
+def goal_value(summary, metric):
+    """A goal's figure: the server's CPU per request sits among the processes' CPU figures."""
+    if metric == "cpu_us":
+        return summary.get("cpu_us_per_req", {}).get("server")
+    return summary.get(metric)
+
+
 def goal_rows(cases, summaries):
     """(case, goal, measured value or None, met) for every goal of every case."""
     rows = []
     for case in cases:
         s = summaries[case.name] or {}
         for goal in case.goals:
-            value = s.get(goal.metric)
+            value = goal_value(s, goal.metric)
             rows.append((case, goal, value, value is not None and goal.met(value)))
     return rows
 
@@ -161,7 +168,7 @@ def goals_table(cases, summaries):
     lines = ["| case | goal | measured | |", "|---|---|---:|---|"]
     for case, goal, value, met in goal_rows(cases, summaries):
         verdict = "met" if met else ("no figure" if value is None else "missed")
-        spec = ".1f" if goal.metric == "rss_mib" else ".2f"
+        spec = ".1f" if goal.metric in ("rss_mib", "cpu_us") else ".2f"
         lines.append(f"| {case.label} | {goal.describe(labels[case.reference])} "
                      f"| {fmt(value, spec)} | {verdict} |")
     return "\n".join(lines)
