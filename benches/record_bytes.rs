@@ -23,6 +23,8 @@ static ALLOCATOR: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 const RECORDS: usize = 100_000;
 const TTL: Duration = Duration::from_secs(3600);
+/// Rounds of reading every record back, for the time of one read: the machine is shared.
+const REPLAY_ROUNDS: usize = 5;
 
 /// A typical answer's headers: a handful, two of them names `http` does not know.
 const HEADERS: [(&str, &str); 5] = [
@@ -100,28 +102,33 @@ fn resident() -> isize {
     pages * 4096
 }
 
-async fn fill(store: &MemoryStore) -> usize {
+async fn fill(store: &MemoryStore, keys: &[ScopedKey]) -> usize {
     let mut encoded = 0;
-    for n in 0..RECORDS {
-        let (key, fingerprint) = (key(n), fingerprint(n));
-        let Reservation::Acquired(token) = store.reserve(&key, fingerprint, TTL).await.unwrap()
+    for (n, key) in keys.iter().enumerate() {
+        let fingerprint = fingerprint(n);
+        let Reservation::Acquired(token) = store.reserve(key, fingerprint, TTL).await.unwrap()
         else {
             panic!("a fresh key is acquired");
         };
         let record = record(n, fingerprint, token);
         encoded += Record::Completed(record.clone()).encode().len();
-        store.complete(&key, &record, TTL).await.unwrap();
+        store.complete(key, &record, TTL).await.unwrap();
     }
     encoded
 }
 
-async fn replay_all(store: &MemoryStore) -> Duration {
-    let started = Instant::now();
-    for n in 0..RECORDS {
-        let (record, _) = store.get(&key(n)).await.unwrap().unwrap();
-        std::hint::black_box(record);
+/// Reads every record back as a replay does; the fastest of `REPLAY_ROUNDS` rounds.
+async fn replay_all(store: &MemoryStore, keys: &[ScopedKey]) -> Duration {
+    let mut fastest = Duration::MAX;
+    for _ in 0..REPLAY_ROUNDS {
+        let started = Instant::now();
+        for key in keys {
+            let (record, _) = store.get(key).await.unwrap().unwrap();
+            std::hint::black_box(record);
+        }
+        fastest = fastest.min(started.elapsed());
     }
-    started.elapsed()
+    fastest
 }
 
 fn row(what: &str, (bytes, allocations): (isize, isize), rss: isize, encoded: f64) {
@@ -141,11 +148,13 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    // The keys are made before counting starts: the store's caller owns them.
+    let keys: Vec<ScopedKey> = (0..RECORDS).map(key).collect();
     let store = MemoryStore::new();
     let (rss, region) = (resident(), Region::new(ALLOCATOR));
-    let encoded = runtime.block_on(fill(&store)) as f64 / RECORDS as f64;
+    let encoded = runtime.block_on(fill(&store, &keys)) as f64 / RECORDS as f64;
     let (filled, filled_rss) = (held(&region), resident() - rss);
-    let replay = runtime.block_on(replay_all(&store));
+    let replay = runtime.block_on(replay_all(&store, &keys));
     let (replayed, replayed_rss) = (held(&region), resident() - rss);
     println!("{RECORDS} completed records, 5 headers and a 200-byte body each; per record:");
     println!(
@@ -155,7 +164,7 @@ fn main() {
     row("after completing", filled, filled_rss, encoded);
     row("after one replay each", replayed, replayed_rss, encoded);
     println!(
-        "one replay's read: {:.0} ns",
+        "one replay's read (store.get, fastest of {REPLAY_ROUNDS} rounds): {:.0} ns",
         replay.as_nanos() as f64 / RECORDS as f64
     );
     drop(store);
