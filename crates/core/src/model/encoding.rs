@@ -201,31 +201,9 @@ fn decode_completed(
     token: FencingToken,
     created_at: SystemTime,
 ) -> Result<CompletedRecord, RecordError> {
-    need(&buf, 4)?;
+    need(&buf, 2)?;
     let status = StatusCode::from_u16(buf.get_u16()).map_err(|_| RecordError("bad status"))?;
-    let count = buf.get_u16() as usize;
-    // The count is untrusted: every header takes at least 6 bytes, and a map has a maximum size.
-    let too_many = |_| RecordError("too many headers");
-    let mut headers =
-        HeaderMap::try_with_capacity(count.min(buf.remaining() / 6)).map_err(too_many)?;
-    let mut previous: Option<HeaderName> = None;
-    for _ in 0..count {
-        let raw = take(&mut buf, 2)?;
-        let name = HeaderName::from_bytes(&raw).map_err(|_| RecordError("bad header name"))?;
-        // Only the encoding `encode` writes is accepted: lower-case names, each name's values
-        // together. Anything else would decode to a record that encodes to other bytes.
-        if name.as_str().as_bytes() != raw {
-            return Err(RecordError("header name not lower-case"));
-        }
-        if previous.as_ref() != Some(&name) && headers.contains_key(&name) {
-            return Err(RecordError("header values not together"));
-        }
-        let value = take(&mut buf, 4)?;
-        let value =
-            HeaderValue::from_maybe_shared(value).map_err(|_| RecordError("bad header value"))?;
-        headers.try_append(&name, value).map_err(too_many)?;
-        previous = Some(name);
-    }
+    let headers = decode_headers(&mut buf)?;
     need(&buf, 1)?;
     let body = match buf.get_u8() {
         BODY_KEPT => StoredBody::Kept(take(&mut buf, 4)?),
@@ -244,6 +222,48 @@ fn decode_completed(
         headers,
         body,
     })
+}
+
+/// The header count and the headers that follow it. The values are slices of `buf`; the names
+/// are read in place, since most are names `http` knows and are not stored at all.
+fn decode_headers(buf: &mut Bytes) -> Result<HeaderMap, RecordError> {
+    need(buf, 2)?;
+    let count = buf.get_u16() as usize;
+    // The count is untrusted: every header takes at least 6 bytes, and a map has a maximum size.
+    let too_many = |_| RecordError("too many headers");
+    let mut headers =
+        HeaderMap::try_with_capacity(count.min(buf.remaining() / 6)).map_err(too_many)?;
+    // Each name's values together: as many runs of one name as names. Counted rather than
+    // looked up per header, and each name moved into the map rather than kept: a clone of a
+    // name `http` does not know allocates, and a replay decodes every time.
+    let whole = buf.clone();
+    let (mut previous, mut runs) = (0..0, 0);
+    for _ in 0..count {
+        need(buf, 2)?;
+        let len = buf.get_u16() as usize;
+        need(buf, len)?;
+        let at = whole.len() - buf.len();
+        buf.advance(len);
+        let raw = &whole[at..at + len];
+        let name = HeaderName::from_bytes(raw).map_err(|_| RecordError("bad header name"))?;
+        // Only the encoding `encode` writes is accepted: lower-case names, each name's values
+        // together. Anything else would decode to a record that encodes to other bytes.
+        if name.as_str().as_bytes() != raw {
+            return Err(RecordError("header name not lower-case"));
+        }
+        if runs == 0 || raw != &whole[previous.clone()] {
+            runs += 1;
+        }
+        previous = at..at + len;
+        let value = take(buf, 4)?;
+        let value =
+            HeaderValue::from_maybe_shared(value).map_err(|_| RecordError("bad header value"))?;
+        headers.try_append(name, value).map_err(too_many)?;
+    }
+    if headers.keys_len() != runs {
+        return Err(RecordError("header values not together"));
+    }
+    Ok(headers)
 }
 
 /// Takes a length-prefixed field; `width` is the size of the prefix in bytes (2 or 4).

@@ -1,13 +1,20 @@
 //! The memory store's maps: one shard's map of records, filed under their digest keys
-//! (`digest_key.rs`), with the sweep that keeps it bounded. `memory.rs` holds the store that
+//! (`digest_key.rs`), with the sweep that keeps it bounded. `mod.rs` holds the store that
 //! locks a shard per call.
+//!
+//! A record is kept as its encoding (`model/encoding.rs`), the bytes every other store keeps:
+//! one allocation beside the entry's box, where the decoded record took four (the header
+//! map's two tables, the buffer of its values and body, and that buffer's share count), and
+//! held 2.4 times the encoding's size against 1.2 now (`benches/record_bytes.rs`). Decoding a
+//! replay takes the body and the header values as slices of it.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
+use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::model::{FencingToken, Record};
+use crate::model::FencingToken;
 use crate::store::digest_key::{ByDigestKey, DigestKey};
 
 /// Records are spread over this many maps, each behind its own lock, so that neither a busy
@@ -26,8 +33,9 @@ pub(super) fn shard(key: &DigestKey) -> usize {
 
 #[derive(Debug, Default)]
 pub(super) struct Entries {
-    /// Boxed, so that a doubling moves a pointer per record rather than the record.
-    records: HashMap<DigestKey, Box<(Record, Instant)>, ByDigestKey>,
+    /// Each record's encoding and when it expires. Boxed, so that a doubling moves a pointer
+    /// per record rather than the entry.
+    records: HashMap<DigestKey, Box<(Bytes, Instant)>, ByDigestKey>,
     /// When the earliest entry written since the last sweep expires: sweeping before then
     /// would scan every entry and find nothing to drop.
     next_sweep: Option<Instant>,
@@ -35,7 +43,7 @@ pub(super) struct Entries {
 
 impl Entries {
     /// The live record under `key`; an expired one is dropped on the way.
-    pub(super) fn live(&mut self, key: &DigestKey, now: Instant) -> Option<&mut (Record, Instant)> {
+    pub(super) fn live(&mut self, key: &DigestKey, now: Instant) -> Option<&mut (Bytes, Instant)> {
         // One probe: a record looked up and then fetched again cost two, each a likely cache
         // miss in a large store.
         match self.records.entry(*key) {
@@ -53,14 +61,14 @@ impl Entries {
         key: &DigestKey,
         token: FencingToken,
         now: Instant,
-    ) -> Option<&mut (Record, Instant)> {
+    ) -> Option<&mut (Bytes, Instant)> {
         self.live(key, now)
-            .filter(|(record, _)| matches!(record, Record::InFlight(r) if r.token == token))
+            .filter(|(record, _)| record.starts_with(&token.in_flight_prefix()))
     }
 
     /// Inserts, first sweeping out expired entries when one may be due, so a store under
     /// steady load stays bounded without scanning on every write.
-    pub(super) fn insert(&mut self, key: DigestKey, record: Record, expires: Instant) {
+    pub(super) fn insert(&mut self, key: DigestKey, record: Bytes, expires: Instant) {
         let now = Instant::now();
         if self.next_sweep.is_some_and(|due| due <= now) {
             let mut earliest: Option<Instant> = None;
@@ -107,7 +115,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn expired_entries_are_swept_once_one_is_due() {
         let mut entries = Entries::default();
-        let (_, record) = InFlightRecord::fresh(Fingerprint::from_bytes([1; 32]));
+        let record = InFlightRecord::fresh(Fingerprint::from_bytes([1; 32]))
+            .1
+            .encode();
         let now = Instant::now();
         for n in 0..100 {
             entries.insert(entry_key(n), record.clone(), now + Duration::from_secs(1));
@@ -129,7 +139,9 @@ mod tests {
     fn entries_with_one_hash_stay_apart_by_their_digests() {
         // Two names whose keyed hashes agree still name two records.
         let mut entries = Entries::default();
-        let (_, record) = InFlightRecord::fresh(Fingerprint::from_bytes([1; 32]));
+        let record = InFlightRecord::fresh(Fingerprint::from_bytes([1; 32]))
+            .1
+            .encode();
         let expires = Instant::now() + Duration::from_secs(60);
         let first = DigestKey {
             hash: 7,

@@ -103,10 +103,10 @@ impl Store for MemoryStore {
         let now = Instant::now();
         let (at, mut entries) = self.entries(key);
         if let Some((record, _)) = entries.live(&at, now) {
-            return Ok(record.clone().into());
+            return Ok(Record::decode(record.clone())?.into());
         }
         let (token, record) = InFlightRecord::fresh(fingerprint);
-        entries.insert(at, record, now + lease);
+        entries.insert(at, record.encode(), now + lease);
         Ok(Reservation::Acquired(token))
     }
 
@@ -130,7 +130,7 @@ impl Store for MemoryStore {
         ttl: Duration,
     ) -> Result<Fenced, StoreError> {
         let token = record.token;
-        let record = Record::Completed(record.clone());
+        let record = record.encode();
         let now = Instant::now();
         let (at, mut entries) = self.entries(key);
         let held = entries.held_by(&at, token, now);
@@ -150,8 +150,10 @@ impl Store for MemoryStore {
     async fn get(&self, key: &ScopedKey) -> Result<Option<(Record, Duration)>, StoreError> {
         let now = Instant::now();
         let (at, mut entries) = self.entries(key);
-        let live = entries.live(&at, now);
-        Ok(live.map(|(record, expires)| (record.clone(), *expires - now)))
+        let Some((record, expires)) = entries.live(&at, now) else {
+            return Ok(None);
+        };
+        Ok(Some((Record::decode(record.clone())?, *expires - now)))
     }
 
     async fn remove(&self, key: &ScopedKey, removal: Removal) -> Result<Removed, StoreError> {
@@ -159,7 +161,9 @@ impl Store for MemoryStore {
         let found = entries.live(&at, Instant::now());
         let answer = match found {
             None => Removed::Missing,
-            Some((Record::InFlight(_), _)) if removal == Removal::CompletedOnly => {
+            Some((record, _))
+                if removal == Removal::CompletedOnly && Record::encoded_in_flight(record) =>
+            {
                 return Ok(Removed::KeptInFlight)
             }
             Some(_) => Removed::Removed,
@@ -191,11 +195,10 @@ impl Inbox for MemoryStore {
         // together or not at all.
         let (at, mut entries) = self.entries(key);
         if let Some((record, _)) = entries.live(&at, now) {
-            return Ok(Acceptance::Existing(record.clone()));
+            return Ok(Acceptance::Existing(Record::decode(record.clone())?));
         }
         self.queues.push(key.route(), delivery.clone());
-        let record = Record::Completed(ack.clone().detached());
-        entries.insert(at, record, now + ttl);
+        entries.insert(at, ack.encode(), now + ttl);
         Ok(Acceptance::Queued)
     }
 
