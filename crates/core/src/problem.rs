@@ -17,6 +17,7 @@ use serde::Serialize;
 use tower::{Layer, Service};
 
 use crate::error::ProxyError;
+use crate::grpc::{percent_encode, GrpcCall, GRPC_MESSAGE, GRPC_STATUS};
 
 /// The `type` URI prefix of every problem, and whether to point clients at it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +55,9 @@ impl ProblemBase {
         let Some(error) = response.extensions_mut().remove::<ProxyError>() else {
             return;
         };
+        if response.extensions().get::<GrpcCall>().is_some() {
+            return render_grpc(&error, response);
+        }
         let meta = error.meta();
         let differs = match &error {
             ProxyError::KeyReused { differs } => Some(differs.iter().map(|p| p.as_str()).collect()),
@@ -80,6 +84,33 @@ impl ProblemBase {
             let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
             headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
+    }
+}
+
+/// The problem as a gRPC client reads it (docs/grpc.md#statuses): a trailers-only answer,
+/// `200` with `grpc-status` and `grpc-message` (the title and the detail) in its headers.
+fn render_grpc(error: &ProxyError, response: &mut Response<Body>) {
+    let meta = error.meta();
+    let mut message = format!("{}: {}", meta.title, error);
+    if let ProxyError::KeyReused { differs } = error {
+        let parts: Vec<_> = differs.iter().map(|p| p.as_str()).collect();
+        message.push_str(&format!(" (differs: {})", parts.join(", ")));
+    }
+    *response.status_mut() = http::StatusCode::OK;
+    *response.body_mut() = Body::empty();
+    let headers = response.headers_mut();
+    headers.remove(header::CONTENT_LENGTH);
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    headers.insert(&GRPC_STATUS, HeaderValue::from(error.grpc_code().as_u32()));
+    if let Ok(value) = HeaderValue::from_str(&percent_encode(&message)) {
+        headers.insert(&GRPC_MESSAGE, value);
+    }
+    if let ProxyError::RequestInFlight { retry_after } = error {
+        let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }
 }
 

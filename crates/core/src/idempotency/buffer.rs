@@ -10,37 +10,69 @@ use std::task::{Context, Poll};
 
 use axum_core::body::Body;
 use bytes::{Bytes, BytesMut};
+use http::HeaderMap;
 use http_body::{Body as HttpBody, Frame, SizeHint};
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Full};
 
 use crate::error::BoxError;
+use crate::grpc::MessageCounter;
 use crate::model::StoredBody;
 
 /// An upstream body, read whole or found too large to keep.
 pub(super) enum BufferedBody {
-    Whole(Bytes),
+    /// Read to its end, with its trailers if it had any (a gRPC answer's status).
+    Whole(Bytes, Option<Box<HeaderMap>>),
     TooLarge(PrefixedBody),
+    /// A gRPC answer of more than one message: a server stream, passed on as it comes.
+    Stream(PrefixedBody),
 }
 
 impl BufferedBody {
     /// What the store keeps of this body: the bytes (shared, not copied), or nothing.
     pub(super) fn stored(&self) -> StoredBody {
         match self {
-            BufferedBody::Whole(bytes) => StoredBody::Kept(bytes.clone()),
-            BufferedBody::TooLarge(_) => StoredBody::NotKept,
+            BufferedBody::Whole(bytes, None) => StoredBody::Kept(bytes.clone()),
+            BufferedBody::Whole(bytes, Some(trailers)) => StoredBody::KeptWithTrailers {
+                body: bytes.clone(),
+                trailers: trailers.clone(),
+            },
+            BufferedBody::TooLarge(_) | BufferedBody::Stream(_) => StoredBody::NotKept,
+        }
+    }
+
+    /// The trailers of a body read whole.
+    pub(super) fn trailers(&self) -> Option<&HeaderMap> {
+        match self {
+            BufferedBody::Whole(_, trailers) => trailers.as_deref(),
+            _ => None,
         }
     }
 
     pub(super) fn into_body(self) -> Body {
         match self {
-            BufferedBody::Whole(bytes) => Body::from(bytes),
-            BufferedBody::TooLarge(streaming) => Body::new(streaming),
+            BufferedBody::Whole(bytes, None) => Body::from(bytes),
+            BufferedBody::Whole(bytes, Some(trailers)) => with_trailers(bytes, *trailers),
+            BufferedBody::TooLarge(streaming) | BufferedBody::Stream(streaming) => {
+                Body::new(streaming)
+            }
         }
     }
 }
 
-/// Reads `body` until it ends or exceeds `limit` bytes. Trailers are not kept.
-pub(super) async fn buffer<B>(body: B, limit: usize) -> Result<BufferedBody, BoxError>
+/// `bytes`, then `trailers`: a gRPC answer as it was read, or as it is replayed.
+pub(super) fn with_trailers(bytes: Bytes, trailers: HeaderMap) -> Body {
+    let trailers = std::future::ready(Some(Ok(trailers)));
+    Body::new(Full::new(bytes).with_trailers(trailers))
+}
+
+/// Reads `body` until it ends or exceeds `limit` bytes, keeping its trailers. With
+/// `single_message` (a gRPC route that does not deduplicate streams), a second message ends
+/// the reading too: the answer is a stream.
+pub(super) async fn buffer<B>(
+    body: B,
+    limit: usize,
+    single_message: bool,
+) -> Result<BufferedBody, BoxError>
 where
     B: HttpBody<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
@@ -48,20 +80,39 @@ where
     let mut body = Body::new(body.map_err(Into::into));
     let mut chunks = VecDeque::new();
     let mut len = 0usize;
+    let mut messages = single_message.then(MessageCounter::default);
     while let Some(frame) = body.frame().await {
-        let Ok(data) = frame?.into_data() else {
-            continue;
+        let data = match frame?.into_data() {
+            Ok(data) => data,
+            Err(frame) => match frame.into_trailers() {
+                Ok(trailers) => return Ok(whole_with(chunks, len, trailers)),
+                Err(_) => continue,
+            },
         };
         len += data.len();
+        if let Some(counter) = &mut messages {
+            counter.feed(&data);
+        }
         chunks.push_back(data);
-        if len > limit {
-            return Ok(BufferedBody::TooLarge(PrefixedBody {
+        let streaming = messages.as_ref().is_some_and(|c| c.begun() > 1);
+        if len > limit || streaming {
+            let rest = PrefixedBody {
                 prefix: chunks,
                 rest: body,
-            }));
+            };
+            return Ok(if streaming {
+                BufferedBody::Stream(rest)
+            } else {
+                BufferedBody::TooLarge(rest)
+            });
         }
     }
-    Ok(BufferedBody::Whole(concat(chunks, len)))
+    Ok(BufferedBody::Whole(concat(chunks, len), None))
+}
+
+/// A body whose trailers came: they end it.
+fn whole_with(chunks: VecDeque<Bytes>, len: usize, trailers: HeaderMap) -> BufferedBody {
+    BufferedBody::Whole(concat(chunks, len), Some(Box::new(trailers)))
 }
 
 /// Most small answers arrive in one frame: that one is kept as it is, without a copy.
@@ -137,9 +188,9 @@ mod tests {
 
     #[tokio::test]
     async fn small_bodies_are_whole_and_large_ones_stream_every_byte() {
-        let whole = buffer(chunked(&[b"ab", b"cd"]), 4).await.unwrap();
-        assert!(matches!(&whole, BufferedBody::Whole(b) if b == "abcd"));
-        let large = buffer(chunked(&[b"ab", b"cd", b"ef", b"gh"]), 3)
+        let whole = buffer(chunked(&[b"ab", b"cd"]), 4, false).await.unwrap();
+        assert!(matches!(&whole, BufferedBody::Whole(b, None) if b == "abcd"));
+        let large = buffer(chunked(&[b"ab", b"cd", b"ef", b"gh"]), 3, false)
             .await
             .unwrap();
         assert!(matches!(large, BufferedBody::TooLarge(_)));

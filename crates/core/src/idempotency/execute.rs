@@ -20,6 +20,7 @@ use super::context::{AnswerBody, Context, Inner};
 use super::detach::Detachable;
 use super::policy::{AmbiguousPolicy, ConcurrentPolicy, Outcome};
 use crate::error::{Cause, ProxyError, UpstreamFailure};
+use crate::grpc::{self, Protocol};
 use crate::model::{CompletedRecord, FencingToken, StoredBody};
 use crate::outcome::RequestOutcome;
 use crate::store::Fenced;
@@ -81,7 +82,7 @@ impl Execution {
     {
         let in_flight = self.ctx.metrics.in_flight();
         let started = Instant::now();
-        let deadline = started + self.ctx.policy.upstream_timeout;
+        let deadline = started + self.ctx.policy.upstream_deadline(request.headers());
         // The renewal runs beside the call in this same task, and its timer is also the call's
         // deadline: one timer per call, where a timeout beside the renewal's sleep took two.
         // Biased, so an answer ready at the deadline is taken.
@@ -145,7 +146,9 @@ impl Execution {
             Err(e) => return failed(&*e.into()),
         };
         let (parts, body) = response.into_parts();
-        match buffer(body, self.ctx.policy.max_cached_body.as_usize()).await {
+        let policy = &self.ctx.policy;
+        let single_message = policy.protocol == Protocol::Grpc && !policy.grpc_keyed_streams;
+        match buffer(body, policy.max_cached_body.as_usize(), single_message).await {
             Ok(body) => Answer::Upstream(parts, body),
             Err(e) => failed(&*e),
         }
@@ -154,7 +157,8 @@ impl Execution {
     /// Applies the policy to the answer: store it, or free the key; then answer the client.
     async fn settle(&self, answer: Answer) -> (Response<Body>, RequestOutcome) {
         let outcome = match &answer {
-            Answer::Upstream(parts, _) => self.ctx.policy.classify(parts.status),
+            Answer::Upstream(_, BufferedBody::Stream(_)) => return self.pass_stream(answer).await,
+            Answer::Upstream(parts, body) => self.classify(parts, body),
             Answer::Problem { outcome, .. } => *outcome,
         };
         let keep = match outcome {
@@ -170,6 +174,25 @@ impl Execution {
             RequestOutcome::Released
         };
         (respond(answer), request_outcome)
+    }
+
+    /// An upstream answer's outcome: by its HTTP status, or on a gRPC route by its
+    /// `grpc-status` where it has one.
+    fn classify(&self, parts: &Parts, body: &BufferedBody) -> Outcome {
+        let policy = &self.ctx.policy;
+        if policy.protocol == Protocol::Grpc {
+            if let Some(code) = grpc::status_of(&parts.headers, body.trailers()) {
+                return policy.classify_grpc(code);
+            }
+        }
+        policy.classify(parts.status)
+    }
+
+    /// A server stream on a gRPC route that does not deduplicate streams: the key is freed and
+    /// the stream passed on as it comes.
+    async fn pass_stream(&self, answer: Answer) -> (Response<Body>, RequestOutcome) {
+        self.held.release(&self.ctx).await;
+        (respond(answer), RequestOutcome::Bypassed)
     }
 
     /// What the store keeps of the answer.

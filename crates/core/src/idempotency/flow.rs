@@ -18,6 +18,7 @@ use super::execute::Execution;
 use super::policy::{ConcurrentPolicy, RouteMode, StoreErrorPolicy};
 use super::replay::replay;
 use crate::error::{rescue, ProxyError};
+use crate::grpc::{GrpcCall, Protocol};
 use crate::model::{Fingerprint, InFlightRecord, LogId};
 use crate::outcome::RequestOutcome;
 use crate::store::{Reservation, StoreError};
@@ -40,12 +41,16 @@ where
     B: AnswerBody,
 {
     let started = Instant::now();
-    let (response, outcome, key) = match admit(&ctx.policy, request).await {
+    let (mut response, outcome, key) = match admit(&ctx.policy, request).await {
         Admission::PassThrough(request) => {
             let response = pass_through(inner, request).await;
             (response, RequestOutcome::Bypassed, None)
         }
         Admission::Refused(error) => (error.into_response(), RequestOutcome::Rejected, None),
+        Admission::Keyed(request) if ctx.policy.is_unkeyed_stream(&request.body) => {
+            let response = pass_through(inner, request.into_request()).await;
+            (response, RequestOutcome::Bypassed, None)
+        }
         Admission::Keyed(request) => {
             let key = request.key.log_id();
             // Boxed: the keyed path's states are most of this future's size, which a request
@@ -60,6 +65,10 @@ where
     let key = key.as_ref().map(LogId::as_str);
     ctx.metrics
         .request_finished(outcome, &response, key, started.elapsed());
+    if ctx.policy.protocol == Protocol::Grpc {
+        // The proxy's own answers to a gRPC client are rendered as gRPC errors.
+        response.extensions_mut().insert(GrpcCall);
+    }
     response
 }
 

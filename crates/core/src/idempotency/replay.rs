@@ -4,6 +4,7 @@
 use axum_core::body::Body;
 use http::{HeaderName, HeaderValue, Response};
 
+use super::buffer::with_trailers;
 use crate::error::ProxyError;
 use crate::model::{CompletedRecord, StoredBody};
 
@@ -15,6 +16,12 @@ pub(super) fn replay(record: CompletedRecord) -> Response<Body> {
     let mut response = match record.body {
         StoredBody::Kept(body) => {
             let mut response = Response::new(Body::from(body));
+            *response.status_mut() = record.status;
+            *response.headers_mut() = record.headers;
+            response
+        }
+        StoredBody::KeptWithTrailers { body, trailers } => {
+            let mut response = Response::new(with_trailers(body, *trailers));
             *response.status_mut() = record.status;
             *response.headers_mut() = record.headers;
             response
