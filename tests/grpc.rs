@@ -32,7 +32,7 @@ fn target(proxy: &TestProxy) -> String {
     proxy.addr.to_string()
 }
 
-fn create(key: &str, metadata: Value) -> Value {
+fn create(key: &str, metadata: &Value) -> Value {
     json!({ "kind": "create", "key": key, "metadata": metadata })
 }
 
@@ -47,7 +47,7 @@ async fn a_unary_call_runs_once_and_replays_its_messages_and_trailers() {
         .call(
             &target(&proxy),
             None,
-            json!([create("pay-1", json!({})), create("pay-1", json!({}))]),
+            json!([create("pay-1", &json!({})), create("pay-1", &json!({}))]),
         )
         .await;
     let (first, retry) = (&calls[0], &calls[1]);
@@ -73,7 +73,7 @@ async fn a_non_zero_status_is_kept_with_its_details_and_stays_trailers_only() {
     };
     let upstream = grpc.upstream(None);
     let proxy = grpc_proxy(&h2c(&upstream), "").await;
-    let refused = create("pay-9", json!({ "x-answer-status": "9" }));
+    let refused = create("pay-9", &json!({ "x-answer-status": "9" }));
     let calls = grpc
         .call(&target(&proxy), None, json!([refused, refused]))
         .await;
@@ -104,12 +104,12 @@ async fn unavailable_frees_the_key_and_the_retry_runs() {
     };
     let upstream = grpc.upstream(None);
     let proxy = grpc_proxy(&h2c(&upstream), "").await;
-    let unavailable = create("pay-14", json!({ "x-answer-status": "14" }));
+    let unavailable = create("pay-14", &json!({ "x-answer-status": "14" }));
     let calls = grpc
         .call(
             &target(&proxy),
             None,
-            json!([unavailable, create("pay-14", json!({}))]),
+            json!([unavailable, create("pay-14", &json!({}))]),
         )
         .await;
     assert_eq!(calls[0].code, "UNAVAILABLE", "{:?}", calls[0]);
@@ -130,7 +130,7 @@ async fn the_key_with_another_message_is_failed_precondition_naming_what_differs
         .call(
             &target(&proxy),
             None,
-            json!([create("pay-2", json!({})), other]),
+            json!([create("pay-2", &json!({})), other]),
         )
         .await;
     assert_eq!(calls[1].code, "FAILED_PRECONDITION", "{:?}", calls[1]);
@@ -140,7 +140,7 @@ async fn the_key_with_another_message_is_failed_precondition_naming_what_differs
 
 /// Two calls with one key on one HTTP/2 connection, the second sent once the first is running.
 async fn concurrent_pair(grpc: &Grpc, upstream: &GrpcUpstream, proxy: &TestProxy) -> Vec<Call> {
-    let slow = create("pay-3", json!({ "x-delay-ms": "2000" }));
+    let slow = create("pay-3", &json!({ "x-delay-ms": "2000" }));
     let pair = json!({
         "kind": "pair", "first": slow, "second": slow,
         "log": upstream.log, "started": upstream.started("pay-3"),
@@ -192,7 +192,7 @@ async fn a_deadline_shorter_than_the_upstream_is_an_ambiguous_outcome_kept_as_un
     let deadline = Instant::now() + Duration::from_secs(10);
     let retry = loop {
         let calls = grpc
-            .call(&target(&proxy), None, json!([create("pay-4", json!({}))]))
+            .call(&target(&proxy), None, json!([create("pay-4", &json!({}))]))
             .await;
         if calls[0].code != "ABORTED" || Instant::now() > deadline {
             break calls[0].clone();
@@ -238,7 +238,7 @@ async fn an_upstream_over_tls_behind_a_private_ca() {
         .call(
             &target(&proxy),
             None,
-            json!([create("pay-5", json!({})), create("pay-5", json!({}))]),
+            json!([create("pay-5", &json!({})), create("pay-5", &json!({}))]),
         )
         .await;
     assert_eq!(calls[0].code, "OK", "{:?}", calls[0]);
@@ -251,7 +251,7 @@ async fn an_upstream_over_tls_behind_a_private_ca() {
         .call(
             &target(&untrusted),
             None,
-            json!([create("pay-6", json!({}))]),
+            json!([create("pay-6", &json!({}))]),
         )
         .await;
     assert_eq!(calls[0].code, "UNAVAILABLE", "{:?}", calls[0]);
@@ -273,7 +273,7 @@ async fn the_proxys_own_answers_read_as_the_references_grpc_statuses() {
             None,
             json!([
                 { "kind": "create", "key": null },
-                create(&"k".repeat(300), json!({})),
+                create(&"k".repeat(300), &json!({})),
                 too_large,
             ]),
         )
@@ -289,7 +289,7 @@ async fn the_proxys_own_answers_read_as_the_references_grpc_statuses() {
     let port = free_port();
     let down = grpc_proxy(&format!("http://127.0.0.1:{port}"), "").await;
     let calls = grpc
-        .call(&target(&down), None, json!([create("pay-7", json!({}))]))
+        .call(&target(&down), None, json!([create("pay-7", &json!({}))]))
         .await;
     assert_eq!(calls[0].code, "UNAVAILABLE", "{:?}", calls[0]);
     assert!(calls[0].details.starts_with("Upstream unavailable"));
