@@ -248,6 +248,68 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn on_a_grpc_call_every_problem_is_a_trailers_only_status_from_the_table() {
+        let want = [
+            (ProxyError::MissingKey, 3),
+            (ProxyError::BadSignature("x"), 16),
+            (
+                ProxyError::RequestInFlight {
+                    retry_after: Duration::from_secs(2),
+                },
+                10,
+            ),
+            (ProxyError::ResponseNotKept, 9),
+            (
+                ProxyError::KeyReused {
+                    differs: vec![Part::Body],
+                },
+                9,
+            ),
+            (
+                ProxyError::BodyTooLarge {
+                    limit: crate::units::ByteSize::kib(1),
+                },
+                8,
+            ),
+            (ProxyError::UpstreamUnavailable, 14),
+            (ProxyError::StoreUnavailable, 14),
+            (ProxyError::UpstreamTimeout, 14),
+        ];
+        for (error, code) in want {
+            let mut response = error.clone().into_response();
+            response.extensions_mut().insert(GrpcCall);
+            ProblemBase::default().render(&mut response);
+            let headers = response.headers();
+            assert_eq!(response.status(), StatusCode::OK, "{error:?}");
+            assert_eq!(headers[header::CONTENT_TYPE], "application/grpc");
+            assert_eq!(
+                headers["grpc-status"],
+                code.to_string().as_str(),
+                "{error:?}"
+            );
+            let message = headers["grpc-message"].to_str().unwrap();
+            assert!(message.starts_with(error.meta().title), "{message}");
+            let body = response.into_body().collect().await.unwrap();
+            assert!(body.trailers().is_none() && body.to_bytes().is_empty());
+        }
+        let mut reused = ProxyError::KeyReused {
+            differs: vec![Part::Body],
+        }
+        .into_response();
+        reused.extensions_mut().insert(GrpcCall);
+        ProblemBase::default().render(&mut reused);
+        let message = reused.headers()["grpc-message"].to_str().unwrap();
+        assert!(message.ends_with("(differs: body)"), "{message}");
+        let mut in_flight = ProxyError::RequestInFlight {
+            retry_after: Duration::from_secs(2),
+        }
+        .into_response();
+        in_flight.extensions_mut().insert(GrpcCall);
+        ProblemBase::default().render(&mut in_flight);
+        assert_eq!(in_flight.headers()[header::RETRY_AFTER], "2");
+    }
+
+    #[tokio::test]
     async fn problem_document_has_the_rfc_9457_members() {
         let reused = ProxyError::KeyReused {
             differs: vec![Part::Target, Part::Body],

@@ -65,13 +65,23 @@ pub(super) fn with_trailers(bytes: Bytes, trailers: HeaderMap) -> Body {
     Body::new(Full::new(bytes).with_trailers(trailers))
 }
 
-/// Reads `body` until it ends or exceeds `limit` bytes, keeping its trailers. With
-/// `single_message` (a gRPC route that does not deduplicate streams), a second message ends
-/// the reading too: the answer is a stream.
+/// How an answer is read: an HTTP answer's trailers are dropped, as they always were; a gRPC
+/// answer's are its status and kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reading {
+    Http,
+    /// `single_message`: a second message ends the reading, the answer being a stream (a
+    /// route that does not deduplicate streams).
+    Grpc {
+        single_message: bool,
+    },
+}
+
+/// Reads `body` until it ends or exceeds `limit` bytes.
 pub(super) async fn buffer<B>(
     body: B,
     limit: usize,
-    single_message: bool,
+    reading: Reading,
 ) -> Result<BufferedBody, BoxError>
 where
     B: HttpBody<Data = Bytes> + Send + 'static,
@@ -80,14 +90,22 @@ where
     let mut body = Body::new(body.map_err(Into::into));
     let mut chunks = VecDeque::new();
     let mut len = 0usize;
-    let mut messages = single_message.then(MessageCounter::default);
+    // Boxed: only a gRPC route counts messages, and an HTTP answer's read should not carry it.
+    let mut messages = matches!(
+        reading,
+        Reading::Grpc {
+            single_message: true
+        }
+    )
+    .then(Box::<MessageCounter>::default);
     while let Some(frame) = body.frame().await {
         let data = match frame?.into_data() {
             Ok(data) => data,
-            Err(frame) => match frame.into_trailers() {
+            Err(frame) if reading != Reading::Http => match frame.into_trailers() {
                 Ok(trailers) => return Ok(whole_with(chunks, len, trailers)),
                 Err(_) => continue,
             },
+            Err(_) => continue,
         };
         len += data.len();
         if let Some(counter) = &mut messages {
@@ -182,15 +200,69 @@ mod tests {
         }
     }
 
+    /// Data frames, then trailers: a gRPC answer.
+    struct Framed(VecDeque<Frame<Bytes>>);
+
+    impl HttpBody for Framed {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            Poll::Ready(self.0.pop_front().map(Ok))
+        }
+    }
+
+    fn grpc_answer(messages: usize) -> Framed {
+        let mut frames: VecDeque<_> = (0..messages)
+            .map(|_| Frame::data(Bytes::from_static(b"\0\0\0\0\x01x")))
+            .collect();
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        frames.push_back(Frame::trailers(trailers));
+        Framed(frames)
+    }
+
+    #[tokio::test]
+    async fn a_grpc_answer_keeps_its_trailers_and_a_second_message_makes_it_a_stream() {
+        let unary = Reading::Grpc {
+            single_message: true,
+        };
+        let one = buffer(grpc_answer(1), 1024, unary).await.unwrap();
+        assert_eq!(one.trailers().unwrap()["grpc-status"], "0");
+        assert!(matches!(one.stored(), StoredBody::KeptWithTrailers { .. }));
+        let replayed = one.into_body().collect().await.unwrap();
+        assert_eq!(replayed.trailers().unwrap()["grpc-status"], "0");
+        let stream = buffer(grpc_answer(3), 1024, unary).await.unwrap();
+        assert!(matches!(stream, BufferedBody::Stream(_)));
+        let passed = stream.into_body().collect().await.unwrap();
+        assert!(passed.trailers().is_some());
+        assert_eq!(passed.to_bytes().len(), 18, "every message passed on");
+        let keyed = Reading::Grpc {
+            single_message: false,
+        };
+        let whole = buffer(grpc_answer(3), 1024, keyed).await.unwrap();
+        assert!(matches!(&whole, BufferedBody::Whole(b, Some(_)) if b.len() == 18));
+        let http = buffer(grpc_answer(1), 1024, Reading::Http).await.unwrap();
+        assert!(
+            http.trailers().is_none(),
+            "an HTTP answer's trailers are dropped"
+        );
+    }
+
     fn chunked(chunks: &[&'static [u8]]) -> Chunks {
         Chunks(chunks.iter().map(|c| Bytes::from_static(c)).collect())
     }
 
     #[tokio::test]
     async fn small_bodies_are_whole_and_large_ones_stream_every_byte() {
-        let whole = buffer(chunked(&[b"ab", b"cd"]), 4, false).await.unwrap();
+        let whole = buffer(chunked(&[b"ab", b"cd"]), 4, Reading::Http)
+            .await
+            .unwrap();
         assert!(matches!(&whole, BufferedBody::Whole(b, None) if b == "abcd"));
-        let large = buffer(chunked(&[b"ab", b"cd", b"ef", b"gh"]), 3, false)
+        let large = buffer(chunked(&[b"ab", b"cd", b"ef", b"gh"]), 3, Reading::Http)
             .await
             .unwrap();
         assert!(matches!(large, BufferedBody::TooLarge(_)));

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 
 use super::admit::KeyedRequest;
-use super::buffer::{buffer, BufferedBody};
+use super::buffer::{buffer, BufferedBody, Reading};
 use super::complete::Held;
 use super::context::{AnswerBody, Context, Inner};
 use super::detach::Detachable;
@@ -147,8 +147,13 @@ impl Execution {
         };
         let (parts, body) = response.into_parts();
         let policy = &self.ctx.policy;
-        let single_message = policy.protocol == Protocol::Grpc && !policy.grpc_keyed_streams;
-        match buffer(body, policy.max_cached_body.as_usize(), single_message).await {
+        let reading = match policy.protocol {
+            Protocol::Http => Reading::Http,
+            Protocol::Grpc => Reading::Grpc {
+                single_message: !policy.grpc_keyed_streams,
+            },
+        };
+        match buffer(body, policy.max_cached_body.as_usize(), reading).await {
             Ok(body) => Answer::Upstream(parts, body),
             Err(e) => failed(&*e),
         }
