@@ -95,6 +95,15 @@ async fn a_non_zero_status_is_kept_with_its_details_and_stays_trailers_only() {
     assert_eq!(retry.trailing("idempotent-replayed"), Some("true"));
     assert!(first.messages.is_empty() && retry.messages.is_empty());
     assert_eq!(upstream.executions("CreatePayment", "pay-9"), 1);
+    // The status page shows the call's gRPC status where an HTTP request shows its status.
+    let status = proxy.admin.send("GET", "/status", &[], "").await.json();
+    let decisions = status["decisions"].as_array().unwrap();
+    let shown = |outcome: &str| {
+        let this = |d: &Value| d["outcome"] == outcome && d["grpc_status"] == 9;
+        decisions.iter().any(this)
+    };
+    // Other tests' calls share the route's name, so its page, in this process.
+    assert!(shown("forwarded") && shown("replayed"), "{decisions:?}");
 }
 
 #[tokio::test]

@@ -20,7 +20,7 @@ use super::context::{AnswerBody, Context, Inner};
 use super::detach::Detachable;
 use super::policy::{AmbiguousPolicy, ConcurrentPolicy, Outcome};
 use crate::error::{Cause, ProxyError, UpstreamFailure};
-use crate::grpc::{self, Protocol};
+use crate::grpc::{self, GrpcCode, Protocol};
 use crate::model::{CompletedRecord, FencingToken, StoredBody};
 use crate::outcome::RequestOutcome;
 use crate::store::Fenced;
@@ -161,10 +161,10 @@ impl Execution {
 
     /// Applies the policy to the answer: store it, or free the key; then answer the client.
     async fn settle(&self, answer: Answer) -> (Response<Body>, RequestOutcome) {
-        let outcome = match &answer {
+        let (outcome, grpc_status) = match &answer {
             Answer::Upstream(_, BufferedBody::Stream(_)) => return self.pass_stream(answer).await,
             Answer::Upstream(parts, body) => self.classify(parts, body),
-            Answer::Problem { outcome, .. } => *outcome,
+            Answer::Problem { outcome, .. } => (*outcome, None),
         };
         let keep = match outcome {
             Outcome::Definite => true,
@@ -178,19 +178,23 @@ impl Execution {
             self.held.release(&self.ctx).await;
             RequestOutcome::Released
         };
-        (respond(answer), request_outcome)
+        let mut response = respond(answer);
+        if let Some(code) = grpc_status {
+            response.extensions_mut().insert(code);
+        }
+        (response, request_outcome)
     }
 
     /// An upstream answer's outcome: by its HTTP status, or on a gRPC route by its
     /// `grpc-status` where it has one.
-    fn classify(&self, parts: &Parts, body: &BufferedBody) -> Outcome {
+    fn classify(&self, parts: &Parts, body: &BufferedBody) -> (Outcome, Option<GrpcCode>) {
         let policy = &self.ctx.policy;
         if policy.protocol == Protocol::Grpc {
             if let Some(code) = grpc::status_of(&parts.headers, body.trailers()) {
-                return policy.classify_grpc(code);
+                return (policy.classify_grpc(code), Some(code));
             }
         }
-        policy.classify(parts.status)
+        (policy.classify(parts.status), None)
     }
 
     /// A server stream on a gRPC route that does not deduplicate streams: the key is freed and

@@ -18,7 +18,7 @@ use super::execute::Execution;
 use super::policy::{ConcurrentPolicy, RouteMode, StoreErrorPolicy};
 use super::replay::replay;
 use crate::error::{rescue, ProxyError};
-use crate::grpc::{GrpcCall, Protocol};
+use crate::grpc::{self, GrpcCall, GrpcCode, Protocol};
 use crate::model::{Fingerprint, InFlightRecord, LogId};
 use crate::outcome::RequestOutcome;
 use crate::store::{Reservation, StoreError};
@@ -62,14 +62,28 @@ where
             (response, outcome, Some(key))
         }
     };
+    if ctx.policy.protocol == Protocol::Grpc {
+        mark_grpc(&mut response);
+    }
     let key = key.as_ref().map(LogId::as_str);
     ctx.metrics
         .request_finished(outcome, &response, key, started.elapsed());
-    if ctx.policy.protocol == Protocol::Grpc {
-        // The proxy's own answers to a gRPC client are rendered as gRPC errors.
-        response.extensions_mut().insert(GrpcCall);
-    }
     response
+}
+
+/// An answer to a gRPC call: the proxy's own is to be rendered as a gRPC error, and the call's
+/// status, where it is known by now, is what its log line and the status page show.
+fn mark_grpc(response: &mut Response<Body>) {
+    let extensions = response.extensions();
+    let code = extensions.get::<GrpcCode>().copied().or_else(|| {
+        let problem = extensions.get::<ProxyError>().map(ProxyError::grpc_code);
+        problem.or_else(|| grpc::status_of(response.headers(), None))
+    });
+    let extensions = response.extensions_mut();
+    extensions.insert(GrpcCall);
+    if let Some(code) = code {
+        extensions.insert(code);
+    }
 }
 
 /// Forwards a request that is not deduplicated, streaming both ways.

@@ -6,6 +6,7 @@ use http::{HeaderName, HeaderValue, Response};
 
 use super::buffer::with_trailers;
 use crate::error::ProxyError;
+use crate::grpc;
 use crate::model::{CompletedRecord, StoredBody};
 
 /// The header that marks an answer as coming from the store.
@@ -21,7 +22,11 @@ pub(super) fn replay(record: CompletedRecord) -> Response<Body> {
             response
         }
         StoredBody::KeptWithTrailers { body, trailers } => {
+            let code = grpc::status_of(&record.headers, Some(&trailers));
             let mut response = Response::new(with_trailers(body, *trailers));
+            if let Some(code) = code {
+                response.extensions_mut().insert(code);
+            }
             *response.status_mut() = record.status;
             *response.headers_mut() = record.headers;
             response
