@@ -158,7 +158,7 @@ fn recording(c: &mut Criterion) {
     group.bench_function("wall_clock", |b| b.iter(std::time::SystemTime::now));
     group.bench_function("status_page", |b| {
         b.iter(|| {
-            activity.request_finished(RequestOutcome::Replayed, 201, None, Some("0a1b2c3d4e5f"))
+            activity.request_finished(RequestOutcome::Replayed, 201, None, Some("0a1b2c3d4e5f"));
         });
     });
     let metrics = RouteMetrics::new(&route, RouteTelemetry::new(&route));
