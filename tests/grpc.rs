@@ -17,8 +17,13 @@ use common::tls::Pki;
 
 /// A proxy whose one route takes the Payments service as a gRPC route, with `lines` added.
 async fn grpc_proxy(upstream: &str, lines: &str) -> TestProxy {
+    grpc_proxy_with("", upstream, lines).await
+}
+
+/// The same, with top-level `top` lines (a TLS listener).
+async fn grpc_proxy_with(top: &str, upstream: &str, lines: &str) -> TestProxy {
     let toml = format!(
-        "[[routes]]\nname = \"payments\"\npath_prefix = \"/payments.Payments/\"\n\
+        "{top}\n[[routes]]\nname = \"payments\"\npath_prefix = \"/payments.Payments/\"\n\
          upstream = \"{upstream}\"\nprotocol = \"grpc\"\n{lines}\n"
     );
     TestProxy::start(&toml, Arc::new(MemoryStore::new())).await
@@ -217,7 +222,7 @@ async fn a_deadline_shorter_than_the_upstream_is_an_ambiguous_outcome_kept_as_un
 }
 
 #[tokio::test]
-async fn a_server_stream_passes_through_and_is_not_deduplicated() {
+async fn a_server_stream_passes_through_unless_the_route_keys_streams() {
     let Some(grpc) = Grpc::compile("stream") else {
         return;
     };
@@ -231,10 +236,18 @@ async fn a_server_stream_passes_through_and_is_not_deduplicated() {
         assert_eq!(call.initial("idempotent-replayed"), None);
     }
     assert_eq!(upstream.executions("ListPayments", "list-1"), 2);
+
+    let keyed = grpc_proxy(&h2c(&upstream), "grpc_keyed_streams = true").await;
+    let list = json!({ "kind": "list", "key": "list-2", "count": 3 });
+    let calls = grpc.call(&target(&keyed), None, json!([list, list])).await;
+    assert_eq!(calls[1].initial("idempotent-replayed"), Some("true"));
+    assert_eq!(calls[1].messages, calls[0].messages);
+    assert_eq!(calls[0].messages.len(), 3);
+    assert_eq!(upstream.executions("ListPayments", "list-2"), 1);
 }
 
 #[tokio::test]
-async fn an_upstream_over_tls_behind_a_private_ca() {
+async fn tls_both_ways_the_upstream_behind_a_private_ca() {
     let Some(grpc) = Grpc::compile("tls") else {
         return;
     };
@@ -242,11 +255,16 @@ async fn an_upstream_over_tls_behind_a_private_ca() {
     let upstream = grpc.upstream(Some(&pki.server("upstream")));
     let url = format!("https://localhost:{}", upstream.port);
     let ca = format!("upstream_ca = \"file:{}\"", pki.ca_file());
-    let proxy = grpc_proxy(&url, &ca).await;
+    let listener = pki.server("proxy");
+    let tls = format!(
+        "tls_cert = \"file:{}\"\ntls_key = \"file:{}\"",
+        listener.cert, listener.key
+    );
+    let proxy = grpc_proxy_with(&tls, &url, &ca).await;
     let calls = grpc
         .call(
-            &target(&proxy),
-            None,
+            &format!("localhost:{}", proxy.addr.port()),
+            Some(&pki.ca_file()),
             json!([create("pay-5", &json!({})), create("pay-5", &json!({}))]),
         )
         .await;
