@@ -322,6 +322,31 @@ async fn the_proxys_own_answers_read_as_the_references_grpc_statuses() {
     assert!(calls[0].details.starts_with("Upstream unavailable"));
 }
 
+#[tokio::test]
+async fn the_upstream_connection_is_opened_again_after_the_upstream_restarts() {
+    let Some(grpc) = Grpc::compile("restart") else {
+        return;
+    };
+    let first = grpc.upstream(None);
+    let port = first.port;
+    let proxy = grpc_proxy(&h2c(&first), "").await;
+    let calls = grpc
+        .call(&target(&proxy), None, json!([create("pay-8", &json!({}))]))
+        .await;
+    assert_eq!(calls[0].code, "OK", "{:?}", calls[0]);
+    drop(first);
+    let down = grpc
+        .call(&target(&proxy), None, json!([create("pay-9", &json!({}))]))
+        .await;
+    assert_eq!(down[0].code, "UNAVAILABLE", "{:?}", down[0]);
+    let second = grpc.upstream_on(port, None);
+    let calls = grpc
+        .call(&target(&proxy), None, json!([create("pay-9", &json!({}))]))
+        .await;
+    assert_eq!(calls[0].code, "OK", "the key was freed: {:?}", calls[0]);
+    assert_eq!(second.executions("CreatePayment", "pay-9"), 1);
+}
+
 /// A loopback port nothing listens on.
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

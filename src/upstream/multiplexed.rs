@@ -38,15 +38,33 @@ impl Multiplexed {
 
     /// Sends one call as a stream of the route's connection. A failure to open the
     /// connection, or a connection that will take no more streams, means the call never left.
+    /// A call the connection gave back unsent (it was closing as the call arrived) goes on a
+    /// fresh connection, once.
     pub(super) async fn send(
         &self,
         request: Request<Body>,
     ) -> Result<Response<UpstreamBody>, BoxError> {
-        let not_sent = |e: BoxError| Box::new(RequestNotSent(e)) as BoxError;
+        let answer = match self.try_send(request).await? {
+            Ok(answer) => answer,
+            Err(unsent) => match self.try_send(unsent).await? {
+                Ok(answer) => answer,
+                Err(_) => return Err(not_sent("the upstream connection closed twice".into())),
+            },
+        };
+        Ok(answer.map(|incoming| UpstreamBody::new(incoming, None)))
+    }
+
+    /// The answer, or the call given back unsent.
+    async fn try_send(&self, request: Request<Body>) -> Result<Sent, BoxError> {
         let mut sender = self.sender().await.map_err(not_sent)?;
         sender.ready().await.map_err(|e| not_sent(e.into()))?;
-        let response = sender.send_request(request).await?;
-        Ok(response.map(|incoming| UpstreamBody::new(incoming, None)))
+        match sender.try_send_request(request).await {
+            Ok(answer) => Ok(Ok(answer)),
+            Err(mut e) => match e.take_message() {
+                Some(unsent) => Ok(Err(unsent)),
+                None => Err(e.into_error().into()),
+            },
+        }
     }
 
     /// The open connection's handle, opening one if there is none or it has closed. Calls
@@ -72,6 +90,12 @@ impl Multiplexed {
         });
         Ok(sender)
     }
+}
+
+type Sent = Result<Response<hyper::body::Incoming>, Request<Body>>;
+
+fn not_sent(e: BoxError) -> BoxError {
+    Box::new(RequestNotSent(e))
 }
 
 /// The route's TLS config (or the platform's) offering only `h2`: a gRPC upstream that

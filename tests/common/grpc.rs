@@ -56,6 +56,11 @@ impl Grpc {
 
     /// The upstream, over h2c, or over TLS with `tls`.
     pub fn upstream(&self, tls: Option<&Pair>) -> GrpcUpstream {
+        self.upstream_on(0, tls)
+    }
+
+    /// The upstream on `port` (0: any free one).
+    pub fn upstream_on(&self, port: u16, tls: Option<&Pair>) -> GrpcUpstream {
         let log = self.generated.join(format!("calls-{}.log", rand_suffix()));
         let mut command = Command::new("python3");
         command
@@ -65,6 +70,7 @@ impl Grpc {
         if let Some(pair) = tls {
             command.args([&pair.cert, &pair.key]);
         }
+        command.env("PORT", port.to_string());
         let mut child = command.stdout(Stdio::piped()).spawn().unwrap();
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())

@@ -1,11 +1,13 @@
 """The gRPC upstream of the tests: a Payments service that notes every call it runs.
 
 Usage: server.py GENERATED_DIR LOG_FILE [CERT KEY]
-Prints the port it listens on, then serves until killed. Each call it runs appends one line,
+Prints the port it listens on (PORT from the environment, else any free one), then serves
+until killed. Each call it runs appends one line,
 "<method> <idempotency-key>", to LOG_FILE before answering. Request metadata steers the answer:
   x-answer-status: N   end the call with status N (and grpc-status-details-bin "details-N")
   x-delay-ms: N        wait N milliseconds before answering
 """
+import os
 import sys
 import threading
 import time
@@ -17,6 +19,7 @@ import payments_pb2  # noqa: E402
 import payments_pb2_grpc  # noqa: E402
 
 LOG = sys.argv[2]
+PORT = os.environ.get("PORT", "0")
 LOCK = threading.Lock()
 EXECUTIONS = [0]
 
@@ -70,9 +73,9 @@ def main():
     if len(sys.argv) > 4:
         with open(sys.argv[3], "rb") as c, open(sys.argv[4], "rb") as k:
             creds = grpc.ssl_server_credentials([(k.read(), c.read())])
-        port = server.add_secure_port("127.0.0.1:0", creds)
+        port = server.add_secure_port(f"127.0.0.1:{PORT}", creds)
     else:
-        port = server.add_insecure_port("127.0.0.1:0")
+        port = server.add_insecure_port(f"127.0.0.1:{PORT}")
     server.start()
     print(port, flush=True)
     server.wait_for_termination()
