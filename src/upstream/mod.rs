@@ -345,6 +345,28 @@ mod tests {
     }
 
     #[test]
+    fn a_grpc_call_goes_in_absolute_form_with_te_trailers() {
+        let base = "http://10.0.0.1:50051".parse().unwrap();
+        let upstream = Upstream::grpc(base, None);
+        let mut call = Request::new(Body::empty());
+        *call.uri_mut() = "/payments.Payments/CreatePayment".parse().unwrap();
+        *call.version_mut() = Version::HTTP_2;
+        let headers = call.headers_mut();
+        headers.insert(HOST, HeaderValue::from_static("proxy.internal:8080"));
+        headers.insert("te", HeaderValue::from_static("trailers"));
+        headers.insert("connection", HeaderValue::from_static("keep-alive"));
+        upstream.prepare_call(&mut call).unwrap();
+        assert_eq!(
+            call.uri(),
+            "http://10.0.0.1:50051/payments.Payments/CreatePayment"
+        );
+        assert_eq!(call.version(), Version::HTTP_2);
+        assert_eq!(call.headers()["te"], "trailers");
+        assert!(call.headers().get(HOST).is_none() && call.headers().get("connection").is_none());
+        assert_eq!(call.headers()["x-forwarded-host"], "proxy.internal:8080");
+    }
+
+    #[test]
     fn forwarded_headers_append_the_client() {
         let mut request = Request::new(Body::empty());
         request
