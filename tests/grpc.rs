@@ -313,6 +313,18 @@ async fn the_proxys_own_answers_read_as_the_references_grpc_statuses() {
     );
     assert!(calls[0].details.starts_with("Idempotency key missing: "));
 
+    let small = grpc_proxy(&h2c(&upstream), "max_cached_body = \"8B\"").await;
+    let twice = json!([create("pay-10", &json!({})), create("pay-10", &json!({}))]);
+    let calls = grpc.call(&target(&small), None, twice).await;
+    assert_eq!(
+        calls[0].code, "OK",
+        "the answer passed on whole: {:?}",
+        calls[0]
+    );
+    assert_eq!(calls[1].code, "FAILED_PRECONDITION", "{:?}", calls[1]);
+    assert!(calls[1].details.starts_with("Response not kept"));
+    assert_eq!(upstream.executions("CreatePayment", "pay-10"), 1);
+
     let port = free_port();
     let down = grpc_proxy(&format!("http://127.0.0.1:{port}"), "").await;
     let calls = grpc
