@@ -352,11 +352,13 @@ async fn the_upstream_connection_is_opened_again_after_the_upstream_restarts() {
         .await;
     assert_eq!(down[0].code, "UNAVAILABLE", "{:?}", down[0]);
     let second = grpc.upstream_on(port, None);
+    // A fresh key: whether the call above left before the connection was seen closed (its
+    // outcome then ambiguous, and kept) is a race this test does not decide.
     let calls = grpc
-        .call(&target(&proxy), None, json!([create("pay-9", &json!({}))]))
+        .call(&target(&proxy), None, json!([create("pay-11", &json!({}))]))
         .await;
-    assert_eq!(calls[0].code, "OK", "the key was freed: {:?}", calls[0]);
-    assert_eq!(second.executions("CreatePayment", "pay-9"), 1);
+    assert_eq!(calls[0].code, "OK", "{:?}", calls[0]);
+    assert_eq!(second.executions("CreatePayment", "pay-11"), 1);
 }
 
 /// A loopback port nothing listens on.
