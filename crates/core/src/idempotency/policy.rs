@@ -383,6 +383,45 @@ mod tests {
     }
 
     #[test]
+    fn a_grpc_route_reads_its_statuses_and_deadlines_and_refuses_json_and_inbox() {
+        let grpc = || Policy::builder(RouteName::new("r").unwrap()).with_protocol(Protocol::Grpc);
+        let policy = grpc().build().unwrap();
+        assert_eq!(
+            policy.classify_grpc(GrpcCode::UNAVAILABLE),
+            Outcome::NotExecuted
+        );
+        assert_eq!(policy.classify_grpc(GrpcCode::OK), Outcome::Definite);
+        assert_eq!(policy.classify_grpc(GrpcCode(13)), Outcome::Definite);
+        let mut headers = http::HeaderMap::new();
+        headers.insert("grpc-timeout", http::HeaderValue::from_static("200m"));
+        assert_eq!(
+            policy.upstream_deadline(&headers),
+            Duration::from_millis(200)
+        );
+        headers.insert("grpc-timeout", http::HeaderValue::from_static("1H"));
+        assert_eq!(policy.upstream_deadline(&headers), policy.upstream_timeout);
+        let http = Policy::new(RouteName::new("r").unwrap());
+        headers.insert("grpc-timeout", http::HeaderValue::from_static("200m"));
+        assert_eq!(
+            http.upstream_deadline(&headers),
+            http.upstream_timeout,
+            "HTTP ignores it"
+        );
+        let json = FingerprintBody::Json { ignore: Vec::new() };
+        let refused = grpc().with_fingerprint_body(json).build().unwrap_err();
+        assert_eq!(refused.key(), "fingerprint_body");
+        let inbox = grpc().with_mode(RouteMode::Inbox).build().unwrap_err();
+        assert_eq!(inbox.key(), "mode");
+        let message = |body: &[u8]| [&[0, 0, 0, 0, body.len() as u8][..], body].concat();
+        assert!(!policy.is_unkeyed_stream(&message(b"ab")));
+        assert!(policy.is_unkeyed_stream(&[message(b"a"), message(b"b")].concat()));
+        assert!(
+            !http.is_unkeyed_stream(b"{}"),
+            "an HTTP body is never a stream"
+        );
+    }
+
+    #[test]
     fn release_on_wins_over_ambiguity() {
         let mut policy = Policy::new(RouteName::new("r").unwrap());
         policy.release_on.push(StatusCode::BAD_GATEWAY);
