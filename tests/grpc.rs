@@ -112,7 +112,7 @@ async fn a_non_zero_status_is_kept_with_its_details_and_stays_trailers_only() {
 }
 
 #[tokio::test]
-async fn unavailable_frees_the_key_and_the_retry_runs() {
+async fn unavailable_frees_the_key_and_the_retry_runs_or_what_grpc_release_on_names() {
     let Some(grpc) = Grpc::compile("unavailable") else {
         return;
     };
@@ -130,6 +130,29 @@ async fn unavailable_frees_the_key_and_the_retry_runs() {
     assert_eq!(calls[1].code, "OK", "{:?}", calls[1]);
     assert_eq!(calls[1].initial("idempotent-replayed"), None);
     assert_eq!(upstream.executions("CreatePayment", "pay-14"), 2);
+
+    let custom = grpc_proxy(&h2c(&upstream), "grpc_release_on = [8]").await;
+    let exhausted = create("pay-12", &json!({ "x-answer-status": "8" }));
+    let unavailable = create("pay-13", &json!({ "x-answer-status": "14" }));
+    let calls = grpc
+        .call(
+            &target(&custom),
+            None,
+            json!([exhausted, exhausted, unavailable, unavailable]),
+        )
+        .await;
+    assert_eq!(
+        upstream.executions("CreatePayment", "pay-12"),
+        2,
+        "8 frees it"
+    );
+    assert_eq!(
+        upstream.executions("CreatePayment", "pay-13"),
+        1,
+        "14 is kept"
+    );
+    assert_eq!(calls[3].code, "UNAVAILABLE", "{:?}", calls[3]);
+    assert_eq!(calls[3].trailing("idempotent-replayed"), Some("true"));
 }
 
 #[tokio::test]
