@@ -157,7 +157,9 @@ fn recording(c: &mut Criterion) {
     // The wall clock read that recording makes, for scale.
     group.bench_function("wall_clock", |b| b.iter(std::time::SystemTime::now));
     group.bench_function("status_page", |b| {
-        b.iter(|| activity.request_finished(RequestOutcome::Replayed, 201, Some("0a1b2c3d4e5f")));
+        b.iter(|| {
+            activity.request_finished(RequestOutcome::Replayed, 201, None, Some("0a1b2c3d4e5f"));
+        });
     });
     let metrics = RouteMetrics::new(&route, RouteTelemetry::new(&route));
     let response = http::Response::builder()
@@ -184,6 +186,7 @@ fn recording(c: &mut Criterion) {
                             activity.request_finished(
                                 RequestOutcome::Forwarded,
                                 201,
+                                None,
                                 Some("0a1b2c3d4e5f"),
                             );
                         }

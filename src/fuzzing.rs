@@ -204,6 +204,11 @@ pub fn record_roundtrip(data: &[u8]) {
         }
         let body = match input.u8() {
             0 => StoredBody::NotKept,
+            // A gRPC answer: its trailers are a header map like any other.
+            1 => StoredBody::KeptWithTrailers {
+                body: Bytes::copy_from_slice(input.rest()),
+                trailers: Box::new(headers.clone()),
+            },
             _ => StoredBody::Kept(Bytes::copy_from_slice(input.rest())),
         };
         Record::Completed(CompletedRecord {

@@ -5,6 +5,7 @@
 //! the proxy has. Lines carry the scoped key's short digest, never the key, a secret header or
 //! a body: idempotency keys are often guessable customer data, and a log is read by many people.
 
+use idempotency_core::grpc::GrpcCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,12 +39,18 @@ impl RouteTelemetry {
 
 impl RequestObserver for RouteTelemetry {
     fn request_finished(&self, request: &FinishedRequest<'_>) {
-        self.activity
-            .request_finished(request.outcome, request.status, request.key_id);
+        let grpc_status = request.grpc_status.map(GrpcCode::as_u32);
+        self.activity.request_finished(
+            request.outcome,
+            request.status,
+            grpc_status,
+            request.key_id,
+        );
         RequestLine {
             route: self.route.as_str(),
             outcome: request.outcome.as_str(),
             status: request.status,
+            grpc_status,
             latency: request.elapsed,
             key: request.key_id.unwrap_or("-"),
             problem: request.problem.map(ProxyError::problem_type),

@@ -121,8 +121,11 @@ fn record_view(record: &Record, expires_in: Duration) -> serde_json::Value {
             "expires": expires,
             "fingerprint": r.fingerprint.short_hex(),
             "fingerprint_parts": part_digests(&r.fingerprint),
-            "body_kept": matches!(r.body, StoredBody::Kept(_)),
-            "body_length": match &r.body { StoredBody::Kept(b) => Some(b.len()), _ => None },
+            "body_kept": matches!(r.body, StoredBody::Kept(_) | StoredBody::KeptWithTrailers { .. }),
+            "body_length": match &r.body {
+                StoredBody::Kept(b) | StoredBody::KeptWithTrailers { body: b, .. } => Some(b.len()),
+                _ => None,
+            },
             "problem": match &r.body { StoredBody::Problem(kind) => Some(kind.as_str()), _ => None },
         }),
     }

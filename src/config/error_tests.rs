@@ -320,3 +320,22 @@ fn a_number_of_workers_outside_1_to_1024_is_refused() {
         refused(&text, 2, "workers");
     }
 }
+
+#[test]
+fn a_grpc_route_refuses_json_fingerprints_and_unknown_grpc_codes() {
+    let message = refused_route(
+        "fingerprint_body = \"json\"\nprotocol = \"grpc\"",
+        "fingerprint_body",
+    );
+    assert!(message.contains("binary protobuf"), "{message}");
+    refused_route("grpc_release_on = [17]", "grpc_release_on");
+    refused_route("protocol = \"smtp\"", "protocol");
+    let text = format!(
+        "{UPSTREAM}[[routes]]\nname = \"r\"\npath_prefix = \"/r\"\nupstream = \"http://127.0.0.1:9001\"\nprotocol = \"grpc\"\ngrpc_release_on = [14, 8]\ngrpc_keyed_streams = true\n"
+    );
+    let settings = load_str("config.toml", &text, &Overrides::default()).unwrap();
+    let policy = &settings.routes[0].policy;
+    assert_eq!(policy.protocol, idempotency_core::grpc::Protocol::Grpc);
+    assert!(policy.grpc_keyed_streams);
+    assert_eq!(policy.grpc_release_on.len(), 2);
+}

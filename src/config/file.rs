@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use super::settings::LogFormat;
+use idempotency_core::grpc::Protocol;
 use idempotency_core::idempotency::policy::{
     AmbiguousPolicy, ConcurrentPolicy, RouteMode, StoreErrorPolicy,
 };
@@ -160,6 +161,9 @@ policy_keys! {
     max_age: String,
     deliver_concurrency: i64,
     deliver_rate: i64,
+    protocol: Protocol,
+    grpc_release_on: Vec<i64>,
+    grpc_keyed_streams: bool,
 }
 
 /// `fingerprint_body`: whether a route's fingerprint reads the body's bytes or its canonical

@@ -11,6 +11,7 @@ use super::source::Source;
 use super::values::{duration, header, headers, method, optional_header, status};
 use crate::inbox::policy::DeliveryPolicy;
 use crate::tls::UpstreamTls;
+use idempotency_core::grpc::GrpcCode;
 use idempotency_core::idempotency::policy::{KeySource, Policy, PolicyError};
 use idempotency_core::model::jcs::JsonPointer;
 use idempotency_core::model::FingerprintBody;
@@ -77,6 +78,8 @@ fn refusal(src: &Source, table: &PolicyTable, refused: &PolicyError) -> ConfigEr
         "key_body_pointer" => table.key_body_pointer.as_ref().map(Spanned::span),
         "inbox_ack_status" => table.inbox_ack_status.as_ref().map(Spanned::span),
         "mode" => table.mode.as_ref().map(Spanned::span),
+        "fingerprint_body" => (table.fingerprint_body.as_ref().map(Spanned::span))
+            .or(table.protocol.as_ref().map(Spanned::span)),
         _ => None,
     };
     src.at(
@@ -103,7 +106,28 @@ fn apply_policy(src: &Source, policy: &mut Policy, table: &PolicyTable) -> Resul
         &table.release_on,
         &mut policy.release_on,
         |v| v.iter().map(|s| status(*s)).collect(),
+    )?;
+    apply_grpc(src, policy, table)
+}
+
+/// `protocol`, `grpc_release_on`, `grpc_keyed_streams` (docs/grpc.md).
+fn apply_grpc(src: &Source, policy: &mut Policy, table: &PolicyTable) -> Result<(), ConfigError> {
+    copy(&table.protocol, &mut policy.protocol);
+    copy(&table.grpc_keyed_streams, &mut policy.grpc_keyed_streams);
+    src.set(
+        "grpc_release_on",
+        &table.grpc_release_on,
+        &mut policy.grpc_release_on,
+        |v| v.iter().map(|c| grpc_code(*c)).collect(),
     )
+}
+
+/// A gRPC status code: 0 to 16.
+fn grpc_code(code: i64) -> Result<GrpcCode, String> {
+    match u32::try_from(code) {
+        Ok(code @ 0..=16) => Ok(GrpcCode(code)),
+        _ => Err(format!("{code} is not a gRPC status code (0 to 16)")),
+    }
 }
 
 /// A table names at most one key source; naming one replaces the inherited one, whichever kind.

@@ -7,6 +7,7 @@
 
 use super::file::{unspanned, FingerprintBodyMode, PolicyTable, RawFile, RouteHead, RouteTable};
 use super::settings::{RouteSettings, Settings};
+use idempotency_core::grpc::Protocol;
 use idempotency_core::idempotency::policy::{KeySource, Policy};
 use idempotency_core::model::FingerprintBody;
 use sha2::{Digest, Sha256};
@@ -106,6 +107,7 @@ fn policy(policy: &Policy) -> PolicyTable {
             (FingerprintBodyMode::Json, pointers)
         }
     };
+    let grpc = policy.protocol == Protocol::Grpc;
     PolicyTable {
         methods: unspanned(
             policy
@@ -166,6 +168,13 @@ fn policy(policy: &Policy) -> PolicyTable {
         max_age: None,
         deliver_concurrency: None,
         deliver_rate: None,
+        // Printed for gRPC routes only, so an HTTP route's printout and digest are unchanged.
+        protocol: grpc.then(|| Spanned::new(0..0, policy.protocol)),
+        grpc_release_on: grpc.then(|| {
+            let codes = policy.grpc_release_on.iter().map(|c| i64::from(c.as_u32()));
+            Spanned::new(0..0, codes.collect())
+        }),
+        grpc_keyed_streams: grpc.then(|| Spanned::new(0..0, policy.grpc_keyed_streams)),
     }
 }
 

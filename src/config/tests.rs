@@ -387,6 +387,7 @@ fn the_example_file_loads() {
             "shopify",
             "standard-webhooks",
             "slack-events",
+            "payments-grpc",
             "default"
         ]
     );

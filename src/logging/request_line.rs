@@ -42,6 +42,8 @@ pub(crate) struct RequestLine<'a> {
     pub(crate) route: &'a str,
     pub(crate) outcome: &'static str,
     pub(crate) status: u16,
+    /// On a gRPC route, the call's `grpc-status` where it is known.
+    pub(crate) grpc_status: Option<u32>,
     pub(crate) latency: Duration,
     /// The scoped key's short digest; `-` for a request without a key.
     pub(crate) key: &'a str,
@@ -78,6 +80,7 @@ impl RequestLine<'_> {
             route = self.route,
             outcome = self.outcome,
             status = self.status,
+            grpc_status = self.grpc_status,
             // In whole microseconds, which the text log writes without the float formatter.
             latency_ms = self.latency.as_micros() as f64 / 1000.0,
             key = self.key,
@@ -99,6 +102,10 @@ impl RequestLine<'_> {
         quoted_str(line, self.outcome);
         line.push_str(" status=");
         line.push_str(itoa::Buffer::new().format(self.status));
+        if let Some(code) = self.grpc_status {
+            line.push_str(" grpc_status=");
+            line.push_str(itoa::Buffer::new().format(code));
+        }
         line.push_str(" latency_ms=");
         write_f64(line, self.latency.as_micros() as f64 / 1000.0);
         line.push_str(" key=");

@@ -31,6 +31,7 @@ fn lines() -> Vec<RequestLine<'static>> {
         route: "default",
         outcome: "bypassed",
         status: 201,
+        grpc_status: None,
         latency: Duration::from_micros(312),
         key: "-",
         problem: None,
@@ -50,6 +51,7 @@ fn lines() -> Vec<RequestLine<'static>> {
             route: "pay\\ments",
             outcome: "upstream_error",
             status: 502,
+            grpc_status: None,
             latency: Duration::from_secs(30),
             key: "bee77869fba6",
             problem: Some("upstream-unavailable"),
@@ -57,6 +59,14 @@ fn lines() -> Vec<RequestLine<'static>> {
         },
         RequestLine {
             latency: Duration::ZERO,
+            ..plain
+        },
+        RequestLine {
+            route: "payments-grpc",
+            outcome: "conflict",
+            status: 200,
+            grpc_status: Some(10),
+            problem: Some("request-in-flight"),
             ..plain
         },
         RequestLine {

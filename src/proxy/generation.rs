@@ -20,6 +20,7 @@
 //! upstream, its idle time-out or its certificates, and the old pool's idle connections close
 //! once the last request of the old generation is done with them.
 
+use idempotency_core::grpc::Protocol;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,7 +90,10 @@ pub(super) fn build(settings: &Settings, kept: &Kept) -> Generation {
             ..PoolSettings::default()
         };
         let tls = route.upstream_tls.client_config_for_https().cloned();
-        let upstream = Upstream::new(route.upstream.clone(), pool, tls);
+        let upstream = match route.policy.protocol {
+            Protocol::Http => Upstream::new(route.upstream.clone(), pool, tls),
+            Protocol::Grpc => Upstream::grpc(route.upstream.clone(), tls),
+        };
         let cached = cached(settings, &store, &kept.cache, route);
         let layer = IdempotencyLayer::builder(cached, route.policy.clone())
             .with_task_tracker(kept.executions.clone())

@@ -54,13 +54,20 @@ impl RouteActivity {
     }
 
     /// Counts one finished request and keeps it among the last decisions.
-    pub fn request_finished(&self, outcome: RequestOutcome, status: u16, key_id: Option<&str>) {
+    /// `grpc_status`: on a gRPC route, the call's status where it is known.
+    pub fn request_finished(
+        &self,
+        outcome: RequestOutcome,
+        status: u16,
+        grpc_status: Option<u32>,
+        key_id: Option<&str>,
+    ) {
         let at_ms = now_millis();
         let mine = self.threads.mine();
         mine.totals[outcome as usize].fetch_add(1, Relaxed);
         mine.per_second.add(at_ms / 1000, outcome);
         mine.decisions
-            .push(Decision::new(at_ms, outcome, status, key_id));
+            .push(Decision::new(at_ms, outcome, status, key_id).with_grpc_status(grpc_status));
     }
 
     /// Keeps the duration of one store operation made for this route.
@@ -128,7 +135,7 @@ mod tests {
     #[test]
     fn a_finished_request_is_counted_and_kept() {
         let activity = RouteActivity::default();
-        activity.request_finished(RequestOutcome::Mismatch, 422, Some("0a1b2c3d4e5f"));
+        activity.request_finished(RequestOutcome::Mismatch, 422, None, Some("0a1b2c3d4e5f"));
         assert_eq!(activity.total(RequestOutcome::Mismatch), 1);
         assert_eq!(activity.total(RequestOutcome::Forwarded), 0);
         let mut kept = Vec::new();
@@ -151,7 +158,7 @@ mod tests {
             for _ in 0..2 * SLOTS {
                 scope.spawn(|| {
                     activity.in_flight_moved(2);
-                    activity.request_finished(RequestOutcome::Forwarded, 201, None);
+                    activity.request_finished(RequestOutcome::Forwarded, 201, None, None);
                     activity.store_operation(Duration::from_millis(3));
                     activity.in_flight_moved(-1);
                 });

@@ -20,6 +20,9 @@ pub(crate) struct Decision {
     pub(crate) at_ms: u64,
     pub(crate) outcome: RequestOutcome,
     pub(crate) status: u16,
+    /// On a gRPC route, the call's status where it is known (0 to 16, or whatever the
+    /// upstream said, cut to a byte).
+    pub(crate) grpc_status: Option<u8>,
     key_id: [u8; KEY_ID_LEN],
     key_id_len: u8,
 }
@@ -44,9 +47,16 @@ impl Decision {
             at_ms,
             outcome,
             status,
+            grpc_status: None,
             key_id: kept,
             key_id_len: u8::try_from(len).unwrap_or(0),
         }
+    }
+
+    /// The decision of a gRPC call whose status was `code`.
+    pub(crate) fn with_grpc_status(mut self, code: Option<u32>) -> Self {
+        self.grpc_status = code.map(|c| u8::try_from(c).unwrap_or(u8::MAX));
+        self
     }
 
     /// The key's log id, if the request had a key.

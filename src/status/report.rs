@@ -90,6 +90,8 @@ struct DecisionReport {
     route: String,
     outcome: &'static str,
     status: u16,
+    /// A gRPC call's status, shown where an HTTP request shows its status.
+    grpc_status: Option<u8>,
     key: Option<String>,
 }
 
@@ -215,6 +217,7 @@ fn last_decisions(routes: &[(RouteName, Arc<RouteActivity>)]) -> Vec<DecisionRep
         route: route.as_str().to_owned(),
         outcome: d.outcome.as_str(),
         status: d.status,
+        grpc_status: d.grpc_status,
         key: d.key_id().map(str::to_owned),
     };
     all.into_iter().map(report).collect()

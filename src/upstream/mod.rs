@@ -14,6 +14,7 @@
 
 mod body;
 mod exchange;
+mod multiplexed;
 mod pool;
 mod transport;
 
@@ -36,6 +37,7 @@ pub(crate) use pool::PoolSettings;
 use idempotency_core::error::BoxError;
 use idempotency_core::error::RequestNotSent;
 use idempotency_core::headers::strip_hop_by_hop;
+use multiplexed::Multiplexed;
 use pool::Pool;
 use transport::Address;
 
@@ -76,6 +78,8 @@ struct Target {
     /// `None` if the base URL names no host: every request then fails unsent.
     address: Option<Address>,
     pool: Arc<Pool>,
+    /// A gRPC route's one HTTP/2 connection; `None` on an HTTP route, which uses the pool.
+    multiplexed: Option<Multiplexed>,
 }
 
 impl Upstream {
@@ -88,8 +92,53 @@ impl Upstream {
                 base,
                 address,
                 pool: Pool::new(pool),
+                multiplexed: None,
             }),
         }
+    }
+
+    /// A gRPC route's upstream: calls go over one HTTP/2 connection, h2c with prior knowledge
+    /// for `http://`, TLS with ALPN `h2` (under the route's `tls`) for `https://`.
+    pub(crate) fn grpc(base: Uri, tls: Option<Arc<ClientConfig>>) -> Self {
+        let https = base.scheme() == Some(&Scheme::HTTPS);
+        let tls = https.then(|| multiplexed::h2_only(tls));
+        let address = Address::from_uri(&base, tls);
+        let multiplexed = address.clone().map(Multiplexed::new);
+        Self {
+            target: Arc::new(Target {
+                base,
+                address,
+                pool: Pool::new(PoolSettings::default()),
+                multiplexed,
+            }),
+        }
+    }
+
+    /// A call as it goes to a gRPC upstream: the target in absolute form (HTTP/2 names the
+    /// scheme and authority in the request), `te: trailers`, which gRPC servers require.
+    fn prepare_call(&self, request: &mut Request<Body>) -> Result<(), http::Error> {
+        let path = self.target(request.uri())?;
+        let base = &self.target.base;
+        let mut uri = Uri::builder().scheme(base.scheme_str().unwrap_or("http"));
+        if let Some(authority) = base.authority() {
+            uri = uri.authority(authority.clone());
+        }
+        *request.uri_mut() = uri
+            .path_and_query(
+                path.path_and_query()
+                    .cloned()
+                    .unwrap_or_else(|| PathAndQuery::from_static("/")),
+            )
+            .build()?;
+        *request.version_mut() = Version::HTTP_2;
+        let headers = request.headers_mut();
+        strip_hop_by_hop(headers);
+        if let Some(host) = headers.remove(HOST) {
+            headers.entry(X_FORWARDED_HOST.clone()).or_insert(host);
+        }
+        headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
+        add_forwarded_headers(request);
+        Ok(())
     }
 
     /// The request target on the upstream, in origin form (`/path?query`), under the base path.
@@ -200,13 +249,16 @@ fn chained(earlier: &HeaderValue, ip: &HeaderValue) -> Option<HeaderValue> {
 impl Service<Request<Body>> for Upstream {
     type Response = Response<UpstreamBody>;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, BoxError>> + Send>>;
+    type Future = ResponseFuture;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, mut request: Request<Body>) -> Self::Future {
+        if self.target.multiplexed.is_some() {
+            return self.call_grpc(request);
+        }
         if let Err(e) = self.prepare(&mut request) {
             return Box::pin(async move { Err(Box::new(RequestNotSent(e.into())) as BoxError) });
         }
@@ -224,6 +276,28 @@ impl Service<Request<Body>> for Upstream {
         })
     }
 }
+
+impl Upstream {
+    /// A gRPC call, sent as a stream of the route's one HTTP/2 connection.
+    fn call_grpc(&self, mut request: Request<Body>) -> ResponseFuture {
+        let target = self.target.clone();
+        let prepared = self.prepare_call(&mut request);
+        Box::pin(async move {
+            prepared.map_err(|e| Box::new(RequestNotSent(e.into())) as BoxError)?;
+            let Some(multiplexed) = &target.multiplexed else {
+                return Err(
+                    Box::new(RequestNotSent("the upstream URL names no host".into())) as BoxError,
+                );
+            };
+            let mut response = multiplexed.send(request).await?;
+            strip_hop_by_hop(response.headers_mut());
+            Ok(response)
+        })
+    }
+}
+
+type ResponseFuture =
+    Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, BoxError>> + Send>>;
 
 #[cfg(test)]
 mod tests {
@@ -268,6 +342,28 @@ mod tests {
         *http10.uri_mut() = "/pay".parse().unwrap();
         upstream.prepare(&mut http10).unwrap();
         assert_eq!(http10.headers()[HOST], "10.0.0.1:9000");
+    }
+
+    #[test]
+    fn a_grpc_call_goes_in_absolute_form_with_te_trailers() {
+        let base = "http://10.0.0.1:50051".parse().unwrap();
+        let upstream = Upstream::grpc(base, None);
+        let mut call = Request::new(Body::empty());
+        *call.uri_mut() = "/payments.Payments/CreatePayment".parse().unwrap();
+        *call.version_mut() = Version::HTTP_2;
+        let headers = call.headers_mut();
+        headers.insert(HOST, HeaderValue::from_static("proxy.internal:8080"));
+        headers.insert("te", HeaderValue::from_static("trailers"));
+        headers.insert("connection", HeaderValue::from_static("keep-alive"));
+        upstream.prepare_call(&mut call).unwrap();
+        assert_eq!(
+            call.uri(),
+            "http://10.0.0.1:50051/payments.Payments/CreatePayment"
+        );
+        assert_eq!(call.version(), Version::HTTP_2);
+        assert_eq!(call.headers()["te"], "trailers");
+        assert!(call.headers().get(HOST).is_none() && call.headers().get("connection").is_none());
+        assert_eq!(call.headers()["x-forwarded-host"], "proxy.internal:8080");
     }
 
     #[test]

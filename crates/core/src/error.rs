@@ -19,6 +19,7 @@ use std::time::Duration;
 use axum_core::body::Body;
 use http::{Response, StatusCode};
 
+use crate::grpc::GrpcCode;
 use crate::model::{KeyError, Part};
 use crate::units::ByteSize;
 
@@ -220,6 +221,20 @@ impl ProxyError {
             }
         }
         all
+    }
+
+    /// The gRPC status a gRPC route answers this error with (docs/grpc.md#statuses): the
+    /// same table, read for gRPC clients.
+    pub fn grpc_code(&self) -> GrpcCode {
+        match self.status().as_u16() {
+            400 | 422 if !matches!(self, Self::KeyReused { .. }) => GrpcCode::INVALID_ARGUMENT,
+            401 => GrpcCode::UNAUTHENTICATED,
+            404 => GrpcCode::NOT_FOUND,
+            409 => GrpcCode::ABORTED,
+            410 | 422 => GrpcCode::FAILED_PRECONDITION,
+            413 => GrpcCode::RESOURCE_EXHAUSTED,
+            _ => GrpcCode::UNAVAILABLE,
+        }
     }
 
     /// The response status.

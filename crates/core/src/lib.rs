@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod error;
+pub mod grpc;
 #[doc(hidden)]
 pub mod headers;
 pub mod idempotency;

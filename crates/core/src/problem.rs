@@ -17,6 +17,7 @@ use serde::Serialize;
 use tower::{Layer, Service};
 
 use crate::error::ProxyError;
+use crate::grpc::{percent_encode, GrpcCall, GRPC_MESSAGE, GRPC_STATUS};
 
 /// The `type` URI prefix of every problem, and whether to point clients at it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +55,9 @@ impl ProblemBase {
         let Some(error) = response.extensions_mut().remove::<ProxyError>() else {
             return;
         };
+        if response.extensions().get::<GrpcCall>().is_some() {
+            return render_grpc(&error, response);
+        }
         let meta = error.meta();
         let differs = match &error {
             ProxyError::KeyReused { differs } => Some(differs.iter().map(|p| p.as_str()).collect()),
@@ -80,6 +84,33 @@ impl ProblemBase {
             let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
             headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
+    }
+}
+
+/// The problem as a gRPC client reads it (docs/grpc.md#statuses): a trailers-only answer,
+/// `200` with `grpc-status` and `grpc-message` (the title and the detail) in its headers.
+fn render_grpc(error: &ProxyError, response: &mut Response<Body>) {
+    let meta = error.meta();
+    let mut message = format!("{}: {}", meta.title, error);
+    if let ProxyError::KeyReused { differs } = error {
+        let parts: Vec<_> = differs.iter().map(|p| p.as_str()).collect();
+        message.push_str(&format!(" (differs: {})", parts.join(", ")));
+    }
+    *response.status_mut() = http::StatusCode::OK;
+    *response.body_mut() = Body::empty();
+    let headers = response.headers_mut();
+    headers.remove(header::CONTENT_LENGTH);
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    headers.insert(&GRPC_STATUS, HeaderValue::from(error.grpc_code().as_u32()));
+    if let Ok(value) = HeaderValue::from_str(&percent_encode(&message)) {
+        headers.insert(&GRPC_MESSAGE, value);
+    }
+    if let ProxyError::RequestInFlight { retry_after } = error {
+        let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }
 }
 
@@ -214,6 +245,68 @@ mod tests {
         let bytes = body.collect().await.unwrap().to_bytes();
         let document = serde_json::from_slice(&bytes).unwrap();
         (Response::from_parts(parts, ()), document)
+    }
+
+    #[tokio::test]
+    async fn on_a_grpc_call_every_problem_is_a_trailers_only_status_from_the_table() {
+        let want = [
+            (ProxyError::MissingKey, 3),
+            (ProxyError::BadSignature("x"), 16),
+            (
+                ProxyError::RequestInFlight {
+                    retry_after: Duration::from_secs(2),
+                },
+                10,
+            ),
+            (ProxyError::ResponseNotKept, 9),
+            (
+                ProxyError::KeyReused {
+                    differs: vec![Part::Body],
+                },
+                9,
+            ),
+            (
+                ProxyError::BodyTooLarge {
+                    limit: crate::units::ByteSize::kib(1),
+                },
+                8,
+            ),
+            (ProxyError::UpstreamUnavailable, 14),
+            (ProxyError::StoreUnavailable, 14),
+            (ProxyError::UpstreamTimeout, 14),
+        ];
+        for (error, code) in want {
+            let mut response = error.clone().into_response();
+            response.extensions_mut().insert(GrpcCall);
+            ProblemBase::default().render(&mut response);
+            let headers = response.headers();
+            assert_eq!(response.status(), StatusCode::OK, "{error:?}");
+            assert_eq!(headers[header::CONTENT_TYPE], "application/grpc");
+            assert_eq!(
+                headers["grpc-status"],
+                code.to_string().as_str(),
+                "{error:?}"
+            );
+            let message = headers["grpc-message"].to_str().unwrap();
+            assert!(message.starts_with(error.meta().title), "{message}");
+            let body = response.into_body().collect().await.unwrap();
+            assert!(body.trailers().is_none() && body.to_bytes().is_empty());
+        }
+        let mut reused = ProxyError::KeyReused {
+            differs: vec![Part::Body],
+        }
+        .into_response();
+        reused.extensions_mut().insert(GrpcCall);
+        ProblemBase::default().render(&mut reused);
+        let message = reused.headers()["grpc-message"].to_str().unwrap();
+        assert!(message.ends_with("(differs: body)"), "{message}");
+        let mut in_flight = ProxyError::RequestInFlight {
+            retry_after: Duration::from_secs(2),
+        }
+        .into_response();
+        in_flight.extensions_mut().insert(GrpcCall);
+        ProblemBase::default().render(&mut in_flight);
+        assert_eq!(in_flight.headers()[header::RETRY_AFTER], "2");
     }
 
     #[tokio::test]

@@ -10,37 +10,79 @@ use std::task::{Context, Poll};
 
 use axum_core::body::Body;
 use bytes::{Bytes, BytesMut};
+use http::HeaderMap;
 use http_body::{Body as HttpBody, Frame, SizeHint};
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Full};
 
 use crate::error::BoxError;
+use crate::grpc::MessageCounter;
 use crate::model::StoredBody;
 
 /// An upstream body, read whole or found too large to keep.
 pub(super) enum BufferedBody {
-    Whole(Bytes),
+    /// Read to its end, with its trailers if it had any (a gRPC answer's status).
+    Whole(Bytes, Option<Box<HeaderMap>>),
     TooLarge(PrefixedBody),
+    /// A gRPC answer of more than one message: a server stream, passed on as it comes.
+    Stream(PrefixedBody),
 }
 
 impl BufferedBody {
     /// What the store keeps of this body: the bytes (shared, not copied), or nothing.
     pub(super) fn stored(&self) -> StoredBody {
         match self {
-            BufferedBody::Whole(bytes) => StoredBody::Kept(bytes.clone()),
-            BufferedBody::TooLarge(_) => StoredBody::NotKept,
+            BufferedBody::Whole(bytes, None) => StoredBody::Kept(bytes.clone()),
+            BufferedBody::Whole(bytes, Some(trailers)) => StoredBody::KeptWithTrailers {
+                body: bytes.clone(),
+                trailers: trailers.clone(),
+            },
+            BufferedBody::TooLarge(_) | BufferedBody::Stream(_) => StoredBody::NotKept,
+        }
+    }
+
+    /// The trailers of a body read whole.
+    pub(super) fn trailers(&self) -> Option<&HeaderMap> {
+        match self {
+            BufferedBody::Whole(_, trailers) => trailers.as_deref(),
+            _ => None,
         }
     }
 
     pub(super) fn into_body(self) -> Body {
         match self {
-            BufferedBody::Whole(bytes) => Body::from(bytes),
-            BufferedBody::TooLarge(streaming) => Body::new(streaming),
+            BufferedBody::Whole(bytes, None) => Body::from(bytes),
+            BufferedBody::Whole(bytes, Some(trailers)) => with_trailers(bytes, *trailers),
+            BufferedBody::TooLarge(streaming) | BufferedBody::Stream(streaming) => {
+                Body::new(streaming)
+            }
         }
     }
 }
 
-/// Reads `body` until it ends or exceeds `limit` bytes. Trailers are not kept.
-pub(super) async fn buffer<B>(body: B, limit: usize) -> Result<BufferedBody, BoxError>
+/// `bytes`, then `trailers`: a gRPC answer as it was read, or as it is replayed.
+pub(super) fn with_trailers(bytes: Bytes, trailers: HeaderMap) -> Body {
+    let trailers = std::future::ready(Some(Ok(trailers)));
+    Body::new(Full::new(bytes).with_trailers(trailers))
+}
+
+/// How an answer is read: an HTTP answer's trailers are dropped, as they always were; a gRPC
+/// answer's are its status and kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reading {
+    Http,
+    /// `single_message`: a second message ends the reading, the answer being a stream (a
+    /// route that does not deduplicate streams).
+    Grpc {
+        single_message: bool,
+    },
+}
+
+/// Reads `body` until it ends or exceeds `limit` bytes.
+pub(super) async fn buffer<B>(
+    body: B,
+    limit: usize,
+    reading: Reading,
+) -> Result<BufferedBody, BoxError>
 where
     B: HttpBody<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
@@ -48,20 +90,47 @@ where
     let mut body = Body::new(body.map_err(Into::into));
     let mut chunks = VecDeque::new();
     let mut len = 0usize;
+    // Boxed: only a gRPC route counts messages, and an HTTP answer's read should not carry it.
+    let mut messages = matches!(
+        reading,
+        Reading::Grpc {
+            single_message: true
+        }
+    )
+    .then(Box::<MessageCounter>::default);
     while let Some(frame) = body.frame().await {
-        let Ok(data) = frame?.into_data() else {
-            continue;
+        let data = match frame?.into_data() {
+            Ok(data) => data,
+            Err(frame) if reading != Reading::Http => match frame.into_trailers() {
+                Ok(trailers) => return Ok(whole_with(chunks, len, trailers)),
+                Err(_) => continue,
+            },
+            Err(_) => continue,
         };
         len += data.len();
+        if let Some(counter) = &mut messages {
+            counter.feed(&data);
+        }
         chunks.push_back(data);
-        if len > limit {
-            return Ok(BufferedBody::TooLarge(PrefixedBody {
+        let streaming = messages.as_ref().is_some_and(|c| c.begun() > 1);
+        if len > limit || streaming {
+            let rest = PrefixedBody {
                 prefix: chunks,
                 rest: body,
-            }));
+            };
+            return Ok(if streaming {
+                BufferedBody::Stream(rest)
+            } else {
+                BufferedBody::TooLarge(rest)
+            });
         }
     }
-    Ok(BufferedBody::Whole(concat(chunks, len)))
+    Ok(BufferedBody::Whole(concat(chunks, len), None))
+}
+
+/// A body whose trailers came: they end it.
+fn whole_with(chunks: VecDeque<Bytes>, len: usize, trailers: HeaderMap) -> BufferedBody {
+    BufferedBody::Whole(concat(chunks, len), Some(Box::new(trailers)))
 }
 
 /// Most small answers arrive in one frame: that one is kept as it is, without a copy.
@@ -131,15 +200,69 @@ mod tests {
         }
     }
 
+    /// Data frames, then trailers: a gRPC answer.
+    struct Framed(VecDeque<Frame<Bytes>>);
+
+    impl HttpBody for Framed {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            Poll::Ready(self.0.pop_front().map(Ok))
+        }
+    }
+
+    fn grpc_answer(messages: usize) -> Framed {
+        let mut frames: VecDeque<_> = (0..messages)
+            .map(|_| Frame::data(Bytes::from_static(b"\0\0\0\0\x01x")))
+            .collect();
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        frames.push_back(Frame::trailers(trailers));
+        Framed(frames)
+    }
+
+    #[tokio::test]
+    async fn a_grpc_answer_keeps_its_trailers_and_a_second_message_makes_it_a_stream() {
+        let unary = Reading::Grpc {
+            single_message: true,
+        };
+        let one = buffer(grpc_answer(1), 1024, unary).await.unwrap();
+        assert_eq!(one.trailers().unwrap()["grpc-status"], "0");
+        assert!(matches!(one.stored(), StoredBody::KeptWithTrailers { .. }));
+        let replayed = one.into_body().collect().await.unwrap();
+        assert_eq!(replayed.trailers().unwrap()["grpc-status"], "0");
+        let stream = buffer(grpc_answer(3), 1024, unary).await.unwrap();
+        assert!(matches!(stream, BufferedBody::Stream(_)));
+        let passed = stream.into_body().collect().await.unwrap();
+        assert!(passed.trailers().is_some());
+        assert_eq!(passed.to_bytes().len(), 18, "every message passed on");
+        let keyed = Reading::Grpc {
+            single_message: false,
+        };
+        let whole = buffer(grpc_answer(3), 1024, keyed).await.unwrap();
+        assert!(matches!(&whole, BufferedBody::Whole(b, Some(_)) if b.len() == 18));
+        let http = buffer(grpc_answer(1), 1024, Reading::Http).await.unwrap();
+        assert!(
+            http.trailers().is_none(),
+            "an HTTP answer's trailers are dropped"
+        );
+    }
+
     fn chunked(chunks: &[&'static [u8]]) -> Chunks {
         Chunks(chunks.iter().map(|c| Bytes::from_static(c)).collect())
     }
 
     #[tokio::test]
     async fn small_bodies_are_whole_and_large_ones_stream_every_byte() {
-        let whole = buffer(chunked(&[b"ab", b"cd"]), 4).await.unwrap();
-        assert!(matches!(&whole, BufferedBody::Whole(b) if b == "abcd"));
-        let large = buffer(chunked(&[b"ab", b"cd", b"ef", b"gh"]), 3)
+        let whole = buffer(chunked(&[b"ab", b"cd"]), 4, Reading::Http)
+            .await
+            .unwrap();
+        assert!(matches!(&whole, BufferedBody::Whole(b, None) if b == "abcd"));
+        let large = buffer(chunked(&[b"ab", b"cd", b"ef", b"gh"]), 3, Reading::Http)
             .await
             .unwrap();
         assert!(matches!(large, BufferedBody::TooLarge(_)));

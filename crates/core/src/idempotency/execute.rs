@@ -14,12 +14,13 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 
 use super::admit::KeyedRequest;
-use super::buffer::{buffer, BufferedBody};
+use super::buffer::{buffer, BufferedBody, Reading};
 use super::complete::Held;
 use super::context::{AnswerBody, Context, Inner};
 use super::detach::Detachable;
 use super::policy::{AmbiguousPolicy, ConcurrentPolicy, Outcome};
 use crate::error::{Cause, ProxyError, UpstreamFailure};
+use crate::grpc::{self, GrpcCode, Protocol};
 use crate::model::{CompletedRecord, FencingToken, StoredBody};
 use crate::outcome::RequestOutcome;
 use crate::store::Fenced;
@@ -81,7 +82,7 @@ impl Execution {
     {
         let in_flight = self.ctx.metrics.in_flight();
         let started = Instant::now();
-        let deadline = started + self.ctx.policy.upstream_timeout;
+        let deadline = started + self.ctx.policy.upstream_deadline(request.headers());
         // The renewal runs beside the call in this same task, and its timer is also the call's
         // deadline: one timer per call, where a timeout beside the renewal's sleep took two.
         // Biased, so an answer ready at the deadline is taken.
@@ -145,7 +146,14 @@ impl Execution {
             Err(e) => return failed(&*e.into()),
         };
         let (parts, body) = response.into_parts();
-        match buffer(body, self.ctx.policy.max_cached_body.as_usize()).await {
+        let policy = &self.ctx.policy;
+        let reading = match policy.protocol {
+            Protocol::Http => Reading::Http,
+            Protocol::Grpc => Reading::Grpc {
+                single_message: !policy.grpc_keyed_streams,
+            },
+        };
+        match buffer(body, policy.max_cached_body.as_usize(), reading).await {
             Ok(body) => Answer::Upstream(parts, body),
             Err(e) => failed(&*e),
         }
@@ -153,9 +161,10 @@ impl Execution {
 
     /// Applies the policy to the answer: store it, or free the key; then answer the client.
     async fn settle(&self, answer: Answer) -> (Response<Body>, RequestOutcome) {
-        let outcome = match &answer {
-            Answer::Upstream(parts, _) => self.ctx.policy.classify(parts.status),
-            Answer::Problem { outcome, .. } => *outcome,
+        let (outcome, grpc_status) = match &answer {
+            Answer::Upstream(_, BufferedBody::Stream(_)) => return self.pass_stream(answer).await,
+            Answer::Upstream(parts, body) => self.classify(parts, body),
+            Answer::Problem { outcome, .. } => (*outcome, None),
         };
         let keep = match outcome {
             Outcome::Definite => true,
@@ -169,7 +178,30 @@ impl Execution {
             self.held.release(&self.ctx).await;
             RequestOutcome::Released
         };
-        (respond(answer), request_outcome)
+        let mut response = respond(answer);
+        if let Some(code) = grpc_status {
+            response.extensions_mut().insert(code);
+        }
+        (response, request_outcome)
+    }
+
+    /// An upstream answer's outcome: by its HTTP status, or on a gRPC route by its
+    /// `grpc-status` where it has one.
+    fn classify(&self, parts: &Parts, body: &BufferedBody) -> (Outcome, Option<GrpcCode>) {
+        let policy = &self.ctx.policy;
+        if policy.protocol == Protocol::Grpc {
+            if let Some(code) = grpc::status_of(&parts.headers, body.trailers()) {
+                return (policy.classify_grpc(code), Some(code));
+            }
+        }
+        (policy.classify(parts.status), None)
+    }
+
+    /// A server stream on a gRPC route that does not deduplicate streams: the key is freed and
+    /// the stream passed on as it comes.
+    async fn pass_stream(&self, answer: Answer) -> (Response<Body>, RequestOutcome) {
+        self.held.release(&self.ctx).await;
+        (respond(answer), RequestOutcome::Bypassed)
     }
 
     /// What the store keeps of the answer.

@@ -18,6 +18,7 @@ use super::execute::Execution;
 use super::policy::{ConcurrentPolicy, RouteMode, StoreErrorPolicy};
 use super::replay::replay;
 use crate::error::{rescue, ProxyError};
+use crate::grpc::{self, GrpcCall, GrpcCode, Protocol};
 use crate::model::{Fingerprint, InFlightRecord, LogId};
 use crate::outcome::RequestOutcome;
 use crate::store::{Reservation, StoreError};
@@ -40,12 +41,16 @@ where
     B: AnswerBody,
 {
     let started = Instant::now();
-    let (response, outcome, key) = match admit(&ctx.policy, request).await {
+    let (mut response, outcome, key) = match admit(&ctx.policy, request).await {
         Admission::PassThrough(request) => {
             let response = pass_through(inner, request).await;
             (response, RequestOutcome::Bypassed, None)
         }
         Admission::Refused(error) => (error.into_response(), RequestOutcome::Rejected, None),
+        Admission::Keyed(request) if ctx.policy.is_unkeyed_stream(&request.body) => {
+            let response = pass_through(inner, request.into_request()).await;
+            (response, RequestOutcome::Bypassed, None)
+        }
         Admission::Keyed(request) => {
             let key = request.key.log_id();
             // Boxed: the keyed path's states are most of this future's size, which a request
@@ -57,10 +62,28 @@ where
             (response, outcome, Some(key))
         }
     };
+    if ctx.policy.protocol == Protocol::Grpc {
+        mark_grpc(&mut response);
+    }
     let key = key.as_ref().map(LogId::as_str);
     ctx.metrics
         .request_finished(outcome, &response, key, started.elapsed());
     response
+}
+
+/// An answer to a gRPC call: the proxy's own is to be rendered as a gRPC error, and the call's
+/// status, where it is known by now, is what its log line and the status page show.
+fn mark_grpc(response: &mut Response<Body>) {
+    let extensions = response.extensions();
+    let code = extensions.get::<GrpcCode>().copied().or_else(|| {
+        let problem = extensions.get::<ProxyError>().map(ProxyError::grpc_code);
+        problem.or_else(|| grpc::status_of(response.headers(), None))
+    });
+    let extensions = response.extensions_mut();
+    extensions.insert(GrpcCall);
+    if let Some(code) = code {
+        extensions.insert(code);
+    }
 }
 
 /// Forwards a request that is not deduplicated, streaming both ways.

@@ -4,6 +4,7 @@
 //! Observers get a short digest of the scoped key, never the key, a secret header or a body:
 //! idempotency keys are often guessable customer data, and a log is read by many people.
 
+use crate::grpc::GrpcCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -79,6 +80,7 @@ impl RouteMetrics {
         self.observer.request_finished(&FinishedRequest {
             outcome,
             status,
+            grpc_status: response.extensions().get::<GrpcCode>().copied(),
             key_id,
             elapsed,
             problem,

@@ -9,6 +9,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::{Cause, ProxyError};
+use crate::grpc::GrpcCode;
 use crate::outcome::RequestOutcome;
 
 /// One finished request, as the layer saw it.
@@ -19,6 +20,9 @@ pub struct FinishedRequest<'a> {
     pub outcome: RequestOutcome,
     /// The status it was answered with.
     pub status: u16,
+    /// On a gRPC route, the call's `grpc-status`, where it is known (a stream passed on
+    /// unread ends with a status the proxy does not see).
+    pub grpc_status: Option<GrpcCode>,
     /// The scoped key's short digest (never the key itself), if it had a key.
     pub key_id: Option<&'a str>,
     /// How long it took, from arrival to the answer's head.

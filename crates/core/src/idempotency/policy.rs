@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 pub use super::policy_builder::PolicyBuilder;
 use super::verify::Verifier;
+use crate::grpc::{self, GrpcCode, Protocol};
 use crate::model::{FingerprintBody, RouteName};
 use crate::units::ByteSize;
 
@@ -171,6 +172,12 @@ pub struct Policy {
     pub mode: RouteMode,
     /// What an inbox route answers a request it stored (`inbox_ack_status`, default `202`).
     pub inbox_ack_status: StatusCode,
+    /// HTTP, or gRPC calls (docs/grpc.md).
+    pub protocol: Protocol,
+    /// On a gRPC route, the statuses meaning "not executed": the reservation is released.
+    pub grpc_release_on: Vec<GrpcCode>,
+    /// On a gRPC route, whether calls of more than one message each way are deduplicated too.
+    pub grpc_keyed_streams: bool,
 }
 
 impl Policy {
@@ -206,6 +213,9 @@ impl Policy {
             verify: None,
             mode: RouteMode::Proxy,
             inbox_ack_status: StatusCode::ACCEPTED,
+            protocol: Protocol::Http,
+            grpc_release_on: vec![GrpcCode::UNAVAILABLE],
+            grpc_keyed_streams: false,
         }
     }
 
@@ -227,12 +237,41 @@ impl Policy {
             KeySource::check_pointer(pointer)
                 .map_err(|reason| PolicyError::new("key_body_pointer", reason))?;
         }
+        if self.protocol == Protocol::Grpc {
+            validate_grpc(self)?;
+        }
         if !self.inbox_ack_status.is_success() {
             let status = self.inbox_ack_status.as_u16();
             let reason = format!("status {status} is not a 2xx: senders would retry it");
             return Err(PolicyError::new("inbox_ack_status", reason));
         }
         Ok(())
+    }
+
+    /// How a gRPC call's status is to be treated (docs/grpc.md#outcomes).
+    pub fn classify_grpc(&self, code: GrpcCode) -> Outcome {
+        if self.grpc_release_on.contains(&code) {
+            Outcome::NotExecuted
+        } else {
+            Outcome::Definite
+        }
+    }
+
+    /// How long the upstream may take for this request: `upstream_timeout`, or on a gRPC
+    /// route the call's own `grpc-timeout` where that is shorter.
+    pub fn upstream_deadline(&self, headers: &http::HeaderMap) -> Duration {
+        if self.protocol == Protocol::Http {
+            return self.upstream_timeout;
+        }
+        grpc::timeout_of(headers).map_or(self.upstream_timeout, |t| t.min(self.upstream_timeout))
+    }
+
+    /// Whether a keyed request with this body is a stream a gRPC route passes through
+    /// unkeyed: anything but exactly one message, unless the route deduplicates streams.
+    pub fn is_unkeyed_stream(&self, body: &[u8]) -> bool {
+        self.protocol == Protocol::Grpc
+            && !self.grpc_keyed_streams
+            && !grpc::is_single_message(body)
     }
 
     /// Whether requests of this method are deduplicated.
@@ -255,6 +294,22 @@ impl Policy {
     pub fn renew_every(&self) -> Duration {
         (self.lease / 3).max(Duration::from_millis(10))
     }
+}
+
+/// A gRPC route's messages are binary: canonical JSON cannot read them, nor an inbox queue
+/// deliver them (it drops trailers).
+fn validate_grpc(policy: &Policy) -> Result<(), PolicyError> {
+    if matches!(policy.fingerprint_body, FingerprintBody::Json { .. }) {
+        let reason = "a gRPC route's messages are binary protobuf, not JSON: use \"bytes\"";
+        return Err(PolicyError::new("fingerprint_body", reason));
+    }
+    if policy.mode == RouteMode::Inbox {
+        return Err(PolicyError::new(
+            "mode",
+            "a gRPC route cannot be an inbox route",
+        ));
+    }
+    Ok(())
 }
 
 /// What an upstream answer says about whether the operation ran.
@@ -325,6 +380,45 @@ mod tests {
             .unwrap_err();
         assert_eq!(not_2xx.key(), "inbox_ack_status");
         assert!(route().build().is_ok(), "the defaults are valid");
+    }
+
+    #[test]
+    fn a_grpc_route_reads_its_statuses_and_deadlines_and_refuses_json_and_inbox() {
+        let grpc = || Policy::builder(RouteName::new("r").unwrap()).with_protocol(Protocol::Grpc);
+        let policy = grpc().build().unwrap();
+        assert_eq!(
+            policy.classify_grpc(GrpcCode::UNAVAILABLE),
+            Outcome::NotExecuted
+        );
+        assert_eq!(policy.classify_grpc(GrpcCode::OK), Outcome::Definite);
+        assert_eq!(policy.classify_grpc(GrpcCode(13)), Outcome::Definite);
+        let mut headers = http::HeaderMap::new();
+        headers.insert("grpc-timeout", http::HeaderValue::from_static("200m"));
+        assert_eq!(
+            policy.upstream_deadline(&headers),
+            Duration::from_millis(200)
+        );
+        headers.insert("grpc-timeout", http::HeaderValue::from_static("1H"));
+        assert_eq!(policy.upstream_deadline(&headers), policy.upstream_timeout);
+        let http = Policy::new(RouteName::new("r").unwrap());
+        headers.insert("grpc-timeout", http::HeaderValue::from_static("200m"));
+        assert_eq!(
+            http.upstream_deadline(&headers),
+            http.upstream_timeout,
+            "HTTP ignores it"
+        );
+        let json = FingerprintBody::Json { ignore: Vec::new() };
+        let refused = grpc().with_fingerprint_body(json).build().unwrap_err();
+        assert_eq!(refused.key(), "fingerprint_body");
+        let inbox = grpc().with_mode(RouteMode::Inbox).build().unwrap_err();
+        assert_eq!(inbox.key(), "mode");
+        let message = |body: &[u8]| [&[0, 0, 0, 0, body.len() as u8][..], body].concat();
+        assert!(!policy.is_unkeyed_stream(&message(b"ab")));
+        assert!(policy.is_unkeyed_stream(&[message(b"a"), message(b"b")].concat()));
+        assert!(
+            !http.is_unkeyed_stream(b"{}"),
+            "an HTTP body is never a stream"
+        );
     }
 
     #[test]

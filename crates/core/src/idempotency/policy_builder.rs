@@ -10,6 +10,7 @@ use super::policy::{
     AmbiguousPolicy, ConcurrentPolicy, KeySource, Policy, PolicyError, RouteMode, StoreErrorPolicy,
 };
 use super::verify::Verifier;
+use crate::grpc::{GrpcCode, Protocol};
 use crate::model::{FingerprintBody, RouteName};
 use crate::units::ByteSize;
 
@@ -124,6 +125,12 @@ impl PolicyBuilder {
         with_mode => mode: RouteMode;
         /// What an inbox route answers a request it stored (default `202`).
         with_inbox_ack_status => inbox_ack_status: StatusCode;
+        /// HTTP (default) or gRPC calls.
+        with_protocol => protocol: Protocol;
+        /// On a gRPC route, the statuses that free the key (default UNAVAILABLE).
+        with_grpc_release_on => grpc_release_on: Vec<GrpcCode>;
+        /// On a gRPC route, whether streams are deduplicated too (default not).
+        with_grpc_keyed_streams => grpc_keyed_streams: bool;
     }
 
     /// The policy, if [`Policy::validate`] accepts it.

@@ -4,7 +4,9 @@
 use axum_core::body::Body;
 use http::{HeaderName, HeaderValue, Response};
 
+use super::buffer::with_trailers;
 use crate::error::ProxyError;
+use crate::grpc;
 use crate::model::{CompletedRecord, StoredBody};
 
 /// The header that marks an answer as coming from the store.
@@ -15,6 +17,16 @@ pub(super) fn replay(record: CompletedRecord) -> Response<Body> {
     let mut response = match record.body {
         StoredBody::Kept(body) => {
             let mut response = Response::new(Body::from(body));
+            *response.status_mut() = record.status;
+            *response.headers_mut() = record.headers;
+            response
+        }
+        StoredBody::KeptWithTrailers { body, trailers } => {
+            let code = grpc::status_of(&record.headers, Some(&trailers));
+            let mut response = Response::new(with_trailers(body, *trailers));
+            if let Some(code) = code {
+                response.extensions_mut().insert(code);
+            }
             *response.status_mut() = record.status;
             *response.headers_mut() = record.headers;
             response

@@ -35,6 +35,9 @@ const STATE_COMPLETED: u8 = 1;
 const BODY_KEPT: u8 = 0;
 const BODY_NOT_KEPT: u8 = 1;
 const BODY_PROBLEM: u8 = 2;
+/// A kept body followed by its trailers (a gRPC answer's status): a tag of its own, so records
+/// written before trailers were kept decode as they always did.
+const BODY_KEPT_WITH_TRAILERS: u8 = 3;
 /// The longest problem type a record may name; the proxy's own are far shorter.
 const MAX_PROBLEM_LEN: usize = 64;
 
@@ -154,13 +157,9 @@ fn decode_part_digests(buf: &mut Bytes, whole: [u8; 32]) -> Result<Fingerprint, 
 }
 
 fn encode_completed(r: &CompletedRecord) -> Bytes {
-    let headers_len: usize = r
-        .headers
-        .iter()
-        .map(|(n, v)| 6 + n.as_str().len() + v.len())
-        .sum();
     let body_len = match &r.body {
         StoredBody::Kept(body) => body.len(),
+        StoredBody::KeptWithTrailers { body, trailers } => body.len() + headers_len(trailers),
         StoredBody::NotKept => 0,
         StoredBody::Problem(kind) => kind.len(),
     };
@@ -169,21 +168,21 @@ fn encode_completed(r: &CompletedRecord) -> Bytes {
         r.token,
         &r.fingerprint,
         r.created_at,
-        9 + headers_len + body_len,
+        9 + headers_len(&r.headers) + body_len,
     );
     buf.put_u16(r.status.as_u16());
-    buf.put_u16(r.headers.len() as u16);
-    for (name, value) in &r.headers {
-        buf.put_u16(name.as_str().len() as u16);
-        buf.put_slice(name.as_str().as_bytes());
-        buf.put_u32(value.len() as u32);
-        buf.put_slice(value.as_bytes());
-    }
+    encode_headers(&mut buf, &r.headers);
     match &r.body {
         StoredBody::Kept(body) => {
             buf.put_u8(BODY_KEPT);
             buf.put_u32(body.len() as u32);
             buf.put_slice(body);
+        }
+        StoredBody::KeptWithTrailers { body, trailers } => {
+            buf.put_u8(BODY_KEPT_WITH_TRAILERS);
+            buf.put_u32(body.len() as u32);
+            buf.put_slice(body);
+            encode_headers(&mut buf, trailers);
         }
         StoredBody::NotKept => buf.put_u8(BODY_NOT_KEPT),
         StoredBody::Problem(kind) => {
@@ -193,6 +192,25 @@ fn encode_completed(r: &CompletedRecord) -> Bytes {
         }
     }
     buf.freeze()
+}
+
+fn headers_len(headers: &HeaderMap) -> usize {
+    let each: usize = headers
+        .iter()
+        .map(|(n, v)| 6 + n.as_str().len() + v.len())
+        .sum();
+    2 + each
+}
+
+/// A count, then each name and value; a name's values together, as a `HeaderMap` keeps them.
+fn encode_headers(buf: &mut BytesMut, headers: &HeaderMap) {
+    buf.put_u16(headers.len() as u16);
+    for (name, value) in headers {
+        buf.put_u16(name.as_str().len() as u16);
+        buf.put_slice(name.as_str().as_bytes());
+        buf.put_u32(value.len() as u32);
+        buf.put_slice(value.as_bytes());
+    }
 }
 
 fn decode_completed(
@@ -207,6 +225,14 @@ fn decode_completed(
     need(&buf, 1)?;
     let body = match buf.get_u8() {
         BODY_KEPT => StoredBody::Kept(take(&mut buf, 4)?),
+        BODY_KEPT_WITH_TRAILERS => {
+            let body = take(&mut buf, 4)?;
+            let trailers = decode_headers(&mut buf)?;
+            StoredBody::KeptWithTrailers {
+                body,
+                trailers: Box::new(trailers),
+            }
+        }
         BODY_NOT_KEPT => StoredBody::NotKept,
         BODY_PROBLEM => StoredBody::Problem(problem_type(&take(&mut buf, 2)?)?),
         _ => return Err(RecordError("bad body tag")),
@@ -224,8 +250,9 @@ fn decode_completed(
     })
 }
 
-/// The header count and the headers that follow it. The values are slices of `buf`; the names
-/// are read in place, since most are names `http` knows and are not stored at all.
+/// What [`encode_headers`] wrote: the header count and the headers that follow it. The values
+/// are slices of `buf`; the names are read in place, since most are names `http` knows and are
+/// not stored at all.
 fn decode_headers(buf: &mut Bytes) -> Result<HeaderMap, RecordError> {
     need(buf, 2)?;
     let count = buf.get_u16() as usize;
@@ -321,6 +348,14 @@ mod tests {
             StoredBody::Kept(Bytes::new()),
             StoredBody::NotKept,
             StoredBody::Problem("upstream-timeout".into()),
+            StoredBody::KeptWithTrailers {
+                body: Bytes::from_static(b"\0\0\0\0\x02\x08\x01"),
+                trailers: Box::new(trailers()),
+            },
+            StoredBody::KeptWithTrailers {
+                body: Bytes::new(),
+                trailers: Box::default(),
+            },
         ] {
             let record = completed(body);
             let decoded = Record::decode(record.encode()).unwrap();
@@ -440,6 +475,40 @@ mod tests {
             assert!(record.fingerprint().parts().is_none());
             assert_eq!(record.encode(), raw, "encodes back to the same bytes");
         }
+    }
+
+    fn trailers() -> HeaderMap {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("9"));
+        trailers.insert("grpc-message", HeaderValue::from_static("no%20funds"));
+        let details = HeaderValue::from_static("CAkSCG5vIGZ1bmRz");
+        trailers.insert("grpc-status-details-bin", details);
+        trailers
+    }
+
+    #[test]
+    fn records_stored_before_trailers_were_kept_decode_as_they_were_written() {
+        // Status 200, one header (`a: b`), a kept body of two bytes: the layout of every
+        // completed record written before a body could carry trailers.
+        let mut rest = vec![0, 200, 0, 1, 0, 1, b'a', 0, 0, 0, 1, b'b'];
+        rest.extend_from_slice(&[BODY_KEPT, 0, 0, 0, 2, b'o', b'k']);
+        let raw = stored_before_part_digests(STATE_COMPLETED, &rest);
+        let Record::Completed(record) = Record::decode(raw.clone()).unwrap() else {
+            panic!("a completed record")
+        };
+        assert_eq!(record.body, StoredBody::Kept(Bytes::from_static(b"ok")));
+        assert_eq!(record.headers["a"], "b");
+        assert_eq!(Record::Completed(record).encode(), raw);
+        // The same answer with trailers takes a tag of its own after the same headers.
+        let mut with = completed(StoredBody::KeptWithTrailers {
+            body: Bytes::from_static(b"ok"),
+            trailers: Box::new(trailers()),
+        });
+        with.fingerprint = Fingerprint::from_bytes([7; 32]);
+        let encoded = Record::Completed(with.clone()).encode();
+        let tag_at = encoded.len() - 1 - (4 + 2) - headers_len(&trailers());
+        assert_eq!(encoded[tag_at], BODY_KEPT_WITH_TRAILERS);
+        assert_eq!(Record::decode(encoded).unwrap(), Record::Completed(with));
     }
 
     fn with_parts() -> Fingerprint {

@@ -38,6 +38,14 @@ impl InFlightRecord {
 pub enum StoredBody {
     /// Kept byte for byte.
     Kept(Bytes),
+    /// Kept byte for byte, with the trailers that followed it (a gRPC call's status).
+    KeptWithTrailers {
+        /// The body's bytes.
+        body: Bytes,
+        /// The trailers, as the upstream sent them. Boxed: a header map is 96 bytes, which
+        /// every record would otherwise carry.
+        trailers: Box<HeaderMap>,
+    },
     /// Too large to keep: a duplicate gets `410 response-not-kept`.
     NotKept,
     /// The proxy's own problem answer (an ambiguous upstream failure kept as the outcome), by
@@ -75,7 +83,7 @@ impl CompletedRecord {
     /// each copy became shareable.
     pub fn detached(mut self) -> Self {
         let body: &[u8] = match &self.body {
-            StoredBody::Kept(bytes) => bytes,
+            StoredBody::Kept(bytes) | StoredBody::KeptWithTrailers { body: bytes, .. } => bytes,
             _ => &[],
         };
         let values_len: usize = self.headers.values().map(HeaderValue::len).sum();
@@ -91,8 +99,11 @@ impl CompletedRecord {
             at += value.len();
             *value = detached_value(value, piece);
         }
-        if let StoredBody::Kept(bytes) = &mut self.body {
-            *bytes = owned.slice(at..);
+        match &mut self.body {
+            StoredBody::Kept(bytes) | StoredBody::KeptWithTrailers { body: bytes, .. } => {
+                *bytes = owned.slice(at..);
+            }
+            StoredBody::NotKept | StoredBody::Problem(_) => {}
         }
         self
     }
@@ -101,16 +112,19 @@ impl CompletedRecord {
     pub fn payload_len(&self) -> usize {
         let body = match &self.body {
             StoredBody::Kept(body) => body.len(),
+            StoredBody::KeptWithTrailers { body, trailers } => body.len() + headers_len(trailers),
             StoredBody::NotKept => 0,
             StoredBody::Problem(kind) => kind.len(),
         };
-        let headers: usize = self
-            .headers
-            .iter()
-            .map(|(n, v)| n.as_str().len() + v.len())
-            .sum();
-        body + headers
+        body + headers_len(&self.headers)
     }
+}
+
+fn headers_len(headers: &HeaderMap) -> usize {
+    headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len())
+        .sum()
 }
 
 /// `value` as `piece`, its bytes in the record's own buffer.
