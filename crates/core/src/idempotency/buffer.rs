@@ -185,22 +185,8 @@ impl HttpBody for PrefixedBody {
 mod tests {
     use super::*;
 
-    /// A body that arrives in the given frames, as a chunked upstream answer would.
-    struct Chunks(VecDeque<Bytes>);
-
-    impl HttpBody for Chunks {
-        type Data = Bytes;
-        type Error = std::convert::Infallible;
-
-        fn poll_frame(
-            mut self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-            Poll::Ready(self.0.pop_front().map(|c| Ok(Frame::data(c))))
-        }
-    }
-
-    /// Data frames, then trailers: a gRPC answer.
+    /// A body that arrives in the given frames: data only, as a chunked upstream answer, or
+    /// data then trailers, as a gRPC answer.
     struct Framed(VecDeque<Frame<Bytes>>);
 
     impl HttpBody for Framed {
@@ -252,8 +238,13 @@ mod tests {
         );
     }
 
-    fn chunked(chunks: &[&'static [u8]]) -> Chunks {
-        Chunks(chunks.iter().map(|c| Bytes::from_static(c)).collect())
+    fn chunked(chunks: &[&'static [u8]]) -> Framed {
+        Framed(
+            chunks
+                .iter()
+                .map(|c| Frame::data(Bytes::from_static(c)))
+                .collect(),
+        )
     }
 
     #[tokio::test]
