@@ -198,6 +198,12 @@ fn routes_need_a_valid_prefix_host_and_upstream() {
         3,
         "host",
     );
+    let message = refused(
+        &format!("{head}host = \"api.example.com:8443\"\npath_prefix = \"/\"\n{upstream}"),
+        3,
+        "host",
+    );
+    assert!(message.contains("has a port"), "{message}");
 }
 
 #[test]

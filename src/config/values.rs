@@ -76,6 +76,15 @@ pub(super) fn host(raw: &str) -> Result<String, String> {
             "invalid host {raw:?}: expected a host name such as \"api.example.com\""
         ));
     }
+    // A request's host is matched without its port, so a route host with one could never
+    // match: refused here rather than left to route nothing.
+    if let Some(name) = raw.parse::<Authority>().ok().filter(|a| a.port().is_some()) {
+        return Err(format!(
+            "host {raw:?} has a port: a route matches the host name whatever port the request \
+             came to; write {:?}",
+            name.host()
+        ));
+    }
     Ok(raw.to_ascii_lowercase())
 }
 
@@ -133,11 +142,13 @@ mod tests {
     }
 
     #[test]
-    fn hosts_are_lower_cased() {
-        assert_eq!(
-            host("API.Example.COM:8443").unwrap(),
-            "api.example.com:8443"
-        );
+    fn hosts_are_lower_cased_and_have_no_port() {
+        assert_eq!(host("API.Example.COM").unwrap(), "api.example.com");
         assert!(host("").is_err() && host("user@h").is_err());
+        let port = host("api.example.com:8443").unwrap_err();
+        assert!(
+            port.contains("has a port") && port.contains("\"api.example.com\""),
+            "{port}"
+        );
     }
 }
