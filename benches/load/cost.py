@@ -19,17 +19,15 @@ once under callgrind and once under `perf stat`; one table row per binary.
 import argparse
 import http.client
 import os
-import re
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from procs import Processes, free_port, wait_ready  # noqa: E402
+from procs import Interrupted, bench_scope, free_port, interrupted, wait_ready  # noqa: E402
 from servers import Fixtures  # noqa: E402
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
@@ -166,10 +164,9 @@ def main():
     parser.add_argument("case", choices=sorted(CASES))
     parser.add_argument("binaries", nargs="+", metavar="LABEL=BINARY")
     args = parser.parse_args()
-    processes = Processes()
-    with tempfile.TemporaryDirectory(prefix="idempotency-proxy-cost-") as tmp:
-        fixtures = Fixtures(tmp=tmp, processes=processes, proxy_bins={})
-        try:
+    try:
+        with bench_scope("idempotency-proxy-cost-") as (processes, tmp):
+            fixtures = Fixtures(tmp=tmp, processes=processes, proxy_bins={})
             fixtures.start_upstream()
             print(f"| {args.case} | instructions/req | syscalls/req | context switches/req |")
             print("|---|---:|---:|---:|")
@@ -179,9 +176,10 @@ def main():
                 calls, switches = syscalls(fixtures, binary, args.case, args.requests,
                                            args.connections)
                 print(f"| {label} | {ir:,.0f} | {calls:.1f} | {switches:.2f} |", flush=True)
-        finally:
-            processes.stop_all()
+    except Interrupted as e:
+        return interrupted(e)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -31,13 +31,11 @@ import asyncio
 import json
 import os
 import signal
-import statistics
 import subprocess
-import tempfile
 import time
 import urllib.request
 
-from procs import Interrupted, Processes, free_port, log, raise_interrupted, wait_ready
+from procs import Interrupted, bench_scope, free_port, interrupted, log, wait_ready
 from redisclient import Redis, redis_available
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -286,53 +284,45 @@ def main():
     }
     if not os.access(knobs["proxy_bin"], os.X_OK):
         raise SystemExit(f"no proxy binary at {knobs['proxy_bin']}: run cargo build --release")
-    signal.signal(signal.SIGTERM, raise_interrupted)
-    signal.signal(signal.SIGINT, raise_interrupted)
-    processes = Processes()
-    tmp = tempfile.mkdtemp(prefix="idempotency-proxy-delivery-")
     run_tag = f"{os.getpid()}-{int(time.time())}"
     results, cleanup = [], None
     try:
-        alone = check_upstream(processes, tmp, knobs["delay_ms"], knobs["concurrency"])
-        log(f"upstream alone ({knobs['delay_ms']:g} ms per answer): "
-            + ", ".join(f"{c} connections {rps:,.0f} req/s (cap {c / knobs['delay_ms'] * 1000:,.0f})"
-                        for c, rps in alone.items()))
-        for store_name in knobs["stores"]:
-            if store_name == "memory":
-                store = "memory"
-            elif store_name == "file":
-                store = f"file:{tmp}/delivery.db"
-            elif store_name == "redis":
-                if not redis_available(knobs["redis_url"]):
-                    log(f"redis: skipped, no Redis at {knobs['redis_url']}")
-                    continue
-                store = knobs["redis_url"]
-            else:
-                raise SystemExit(f"no such store: {store_name} (memory, file, redis)")
-            try:
-                result = run_store(knobs, processes, tmp, store_name, store, run_tag)
-            finally:
-                if store_name == "redis":
-                    cleanup = forget_redis_keys(knobs["redis_url"], run_tag)
-            results.append(result)
-            log(f"{store_name}: {result['count']} acknowledged at {result['acks_per_s']:,.0f}/s; "
-                f"{result['arrivals']} arrivals in {fmt(result['span_s'], '.2f')} s = "
-                f"{fmt(result['deliveries_per_s'], ',.0f')}/s, "
-                f"{fmt(result['ratio_to_cap'], '.2f')} × the cap; exactly once: "
-                f"{result['exactly_once']}; queue after: {result['queue_after']}")
+        with bench_scope("idempotency-proxy-delivery-") as (processes, tmp):
+            alone = check_upstream(processes, tmp, knobs["delay_ms"], knobs["concurrency"])
+            log(f"upstream alone ({knobs['delay_ms']:g} ms per answer): "
+                + ", ".join(f"{c} connections {rps:,.0f} req/s (cap {c / knobs['delay_ms'] * 1000:,.0f})"
+                            for c, rps in alone.items()))
+            for store_name in knobs["stores"]:
+                if store_name == "memory":
+                    store = "memory"
+                elif store_name == "file":
+                    store = f"file:{tmp}/delivery.db"
+                elif store_name == "redis":
+                    if not redis_available(knobs["redis_url"]):
+                        log(f"redis: skipped, no Redis at {knobs['redis_url']}")
+                        continue
+                    store = knobs["redis_url"]
+                else:
+                    raise SystemExit(f"no such store: {store_name} (memory, file, redis)")
+                try:
+                    result = run_store(knobs, processes, tmp, store_name, store, run_tag)
+                finally:
+                    if store_name == "redis":
+                        cleanup = forget_redis_keys(knobs["redis_url"], run_tag)
+                results.append(result)
+                log(f"{store_name}: {result['count']} acknowledged at {result['acks_per_s']:,.0f}/s; "
+                    f"{result['arrivals']} arrivals in {fmt(result['span_s'], '.2f')} s = "
+                    f"{fmt(result['deliveries_per_s'], ',.0f')}/s, "
+                    f"{fmt(result['ratio_to_cap'], '.2f')} × the cap; exactly once: "
+                    f"{result['exactly_once']}; queue after: {result['queue_after']}")
     except Interrupted as e:
-        log(f"interrupted ({e}); stopping everything")
-        return 130
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        processes.stop_all()
-        subprocess.run(["rm", "-rf", tmp], check=False)
+        return interrupted(e)
 
     cap = knobs["concurrency"] / knobs["delay_ms"] * 1000
     print(f"\n{knobs['count']:,} deliveries per store, deliver_concurrency = "
           f"{knobs['concurrency']}, upstream answering 200 after {knobs['delay_ms']:g} ms "
           f"(cap {cap:,.0f}/s), {knobs['clients']} enqueuing connections, {os.cpu_count()} CPUs\n")
-    print(f"Upstream alone under wrk: " + ", ".join(
+    print("Upstream alone under wrk: " + ", ".join(
         f"{c} connections {rps:,.0f} req/s" for c, rps in alone.items()) + "\n")
     alone_same = alone.get(knobs["concurrency"])
     for r in results:

@@ -28,15 +28,13 @@ sys.dont_write_bytecode = True  # no __pycache__ left next to the scripts
 
 import argparse
 import os
-import signal
 import subprocess
-import tempfile
 import time
 
 import chart
 import report
 from cases import all_cases, select, with_build_b
-from procs import Interrupted, Processes, log, raise_interrupted
+from procs import Interrupted, bench_scope, interrupted, log
 from redisclient import redis_available, redis_server_pid
 from runner import HERE, Runner, Settings
 from servers import Fixtures
@@ -161,37 +159,32 @@ def parse_args():
 def main():
     args = parse_args()
     settings = Settings.from_env()
-    signal.signal(signal.SIGTERM, raise_interrupted)
-    signal.signal(signal.SIGINT, raise_interrupted)
-    processes = Processes()
-    tmp = tempfile.mkdtemp(prefix="idempotency-proxy-bench-")
     started = time.monotonic()
     try:
-        cases = chosen_cases(settings)
-        run_id = f"{os.getpid()}-{int(time.time())}"
-        fixtures = Fixtures(tmp, processes, proxy_binaries(settings), run_id=run_id)
-        have_redis = redis_available(settings.redis_url)
-        redis_pid = redis_server_pid(settings.redis_url) if have_redis else None
-        upstream = fixtures.start_upstream()
-        log(f"upstream (nginx, 1 worker) on 127.0.0.1:{upstream.port}; Redis PID {redis_pid}")
-        runner = Runner(settings, fixtures, redis_pid, run_id)
-        if args.profile:
-            profile(runner, cases, args, settings)
-            return 0
-        log(f"{settings.rounds} rounds of {len(cases)} cases, {settings.duration_s}s each after "
-            f"{settings.warmup_s}s warm-up, wrk -t{settings.threads} -c{settings.connections}; "
-            f"files in {tmp}")
-        run_rounds(runner, cases, settings, have_redis)
-        print_report(settings, cases, time.monotonic() - started)
-        return 0
+        with bench_scope("idempotency-proxy-bench-") as (processes, tmp):
+            return run(args, settings, processes, tmp, started)
     except Interrupted as e:
-        log(f"interrupted ({e}); stopping everything")
-        return 130
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        processes.stop_all()
-        subprocess.run(["rm", "-rf", tmp], check=False)
+        return interrupted(e)
+
+
+def run(args, settings, processes, tmp, started):
+    cases = chosen_cases(settings)
+    run_id = f"{os.getpid()}-{int(time.time())}"
+    fixtures = Fixtures(tmp, processes, proxy_binaries(settings), run_id=run_id)
+    have_redis = redis_available(settings.redis_url)
+    redis_pid = redis_server_pid(settings.redis_url) if have_redis else None
+    upstream = fixtures.start_upstream()
+    log(f"upstream (nginx, 1 worker) on 127.0.0.1:{upstream.port}; Redis PID {redis_pid}")
+    runner = Runner(settings, fixtures, redis_pid, run_id)
+    if args.profile:
+        profile(runner, cases, args, settings)
+        return 0
+    log(f"{settings.rounds} rounds of {len(cases)} cases, {settings.duration_s}s each after "
+        f"{settings.warmup_s}s warm-up, wrk -t{settings.threads} -c{settings.connections}; "
+        f"files in {tmp}")
+    run_rounds(runner, cases, settings, have_redis)
+    print_report(settings, cases, time.monotonic() - started)
+    return 0
 
 
 if __name__ == "__main__":

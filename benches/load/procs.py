@@ -5,12 +5,14 @@ then stops them by PID, newest first. CPU time is read from /proc/PID/stat: utim
 whole thread group, which keeps counting threads that have already exited.
 """
 
+import contextlib
 import os
 import signal
 import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -32,6 +34,33 @@ def raise_interrupted(signum, _frame):
 
 def log(message):
     print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def bench_scope(prefix):
+    """What a benchmark script runs in: its processes and a temporary folder named `prefix...`.
+
+    SIGINT or SIGTERM raises `Interrupted` inside it; however it ends, every process started is
+    stopped and the folder removed, with both signals ignored meanwhile, so a second Ctrl-C
+    cannot cut the clean-up short and leave servers running.
+    """
+    signal.signal(signal.SIGTERM, raise_interrupted)
+    signal.signal(signal.SIGINT, raise_interrupted)
+    processes = Processes()
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield processes, tmp
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        processes.stop_all()
+        subprocess.run(["rm", "-rf", tmp], check=False)
+
+
+def interrupted(error):
+    """The exit code of a run cut short by a signal, as a shell reports one."""
+    log(f"interrupted ({error}); stopping everything")
+    return 130
 
 
 def free_port():

@@ -36,10 +36,9 @@ import json
 import os
 import signal
 import subprocess
-import tempfile
 import time
 
-from procs import Interrupted, Processes, cpu_seconds, free_port, log, raise_interrupted
+from procs import Interrupted, bench_scope, cpu_seconds, free_port, interrupted, log
 from sizing_probes import (Growth, Monitor, Snapshot, Syscalls, calls_between, node_shares,
                            node_sum)
 from redisclient import Redis
@@ -281,37 +280,32 @@ def parse_args():
 def main():
     args = parse_args()
     os.environ["PATH"] += ":/usr/sbin"  # nginx, as run.sh finds it
-    signal.signal(signal.SIGTERM, raise_interrupted)
-    signal.signal(signal.SIGINT, raise_interrupted)
     binary = os.environ.get("BENCH_PROXY_BIN",
                             os.path.join(ROOT, "target", "release", "idempotency-proxy"))
-    processes = Processes()
-    tmp = tempfile.mkdtemp(prefix="idempotency-proxy-sizing-")
     try:
-        fixtures = Fixtures(tmp, processes, {"A": binary}, run_id=str(os.getpid()))
-        port = free_port()
-        nginx = fixtures.start_nginx(args.upstream, "sizing-upstream", port)
-        fixtures.upstream = Running(port, [nginx.pid])
-        results = {name: measure_store(fixtures, name, args)
-                   for name in args.stores.split(",")}
-        settings = {"duration_s": args.duration, "connections": args.connections,
-                    "threads": args.threads, "request_body_bytes": len(BODY),
-                    "upstream": args.upstream, "cpus": os.cpu_count(),
-                    "load_average": os.getloadavg()}
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump({"settings": settings, "stores": results}, f, indent=1)
-            f.write("\n")
-        print_table(results)
-        print(f"\nEvery figure: {args.out}")
-        return 0
+        with bench_scope("idempotency-proxy-sizing-") as (processes, tmp):
+            return run(args, binary, processes, tmp)
     except Interrupted as e:
-        log(f"interrupted ({e}); stopping everything")
-        return 130
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        processes.stop_all()
-        subprocess.run(["rm", "-rf", tmp], check=False)
+        return interrupted(e)
+
+
+def run(args, binary, processes, tmp):
+    fixtures = Fixtures(tmp, processes, {"A": binary}, run_id=str(os.getpid()))
+    port = free_port()
+    nginx = fixtures.start_nginx(args.upstream, "sizing-upstream", port)
+    fixtures.upstream = Running(port, [nginx.pid])
+    results = {name: measure_store(fixtures, name, args) for name in args.stores.split(",")}
+    settings = {"duration_s": args.duration, "connections": args.connections,
+                "threads": args.threads, "request_body_bytes": len(BODY),
+                "upstream": args.upstream, "cpus": os.cpu_count(),
+                "load_average": os.getloadavg()}
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump({"settings": settings, "stores": results}, f, indent=1)
+        f.write("\n")
+    print_table(results)
+    print(f"\nEvery figure: {args.out}")
+    return 0
 
 
 if __name__ == "__main__":
