@@ -6,12 +6,13 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idempotency_proxy::store::MemoryStore;
 use serde_json::{json, Value};
 
 use common::grpc::{Call, Grpc, GrpcUpstream};
+use common::poll;
 use common::proxy::TestProxy;
 use common::tls::Pki;
 
@@ -226,15 +227,13 @@ async fn a_deadline_shorter_than_the_upstream_is_an_ambiguous_outcome_kept_as_un
     assert_eq!(calls[0].code, "DEADLINE_EXCEEDED", "{:?}", calls[0]);
     // The proxy's deadline is the call's: the outcome is stored at about the same moment the
     // client gave up, so a retry may still find it in flight.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let retry = loop {
+    let retry = poll::until(Duration::from_secs(10), "the outcome stored", async || {
         let calls = grpc
             .call(&target(&proxy), None, json!([create("pay-4", &json!({}))]))
             .await;
-        if calls[0].code != "ABORTED" || Instant::now() > deadline {
-            break calls[0].clone();
-        }
-    };
+        (calls[0].code != "ABORTED").then(|| calls[0].clone())
+    })
+    .await;
     assert_eq!(retry.code, "UNAVAILABLE", "{retry:?}");
     assert!(
         retry.details.contains("did not answer in time"),
