@@ -233,7 +233,10 @@ impl ProxyError {
             409 => GrpcCode::ABORTED,
             410 | 422 => GrpcCode::FAILED_PRECONDITION,
             413 => GrpcCode::RESOURCE_EXHAUSTED,
-            _ => GrpcCode::UNAVAILABLE,
+            502..=504 => GrpcCode::UNAVAILABLE,
+            // No error has another status today. One added without its line here must not
+            // read as UNAVAILABLE, which tells a gRPC client that a retry is safe.
+            _ => GrpcCode::INTERNAL,
         }
     }
 
@@ -384,6 +387,13 @@ mod tests {
                 ProxyError::UpstreamUnavailable | ProxyError::UpstreamTimeout
             );
             assert_eq!(stored.is_some(), storable, "{error:?}");
+        }
+    }
+
+    #[test]
+    fn every_error_has_its_line_in_the_grpc_table() {
+        for error in ProxyError::one_of_each() {
+            assert_ne!(error.grpc_code(), GrpcCode::INTERNAL, "{error:?}");
         }
     }
 

@@ -37,6 +37,8 @@ impl GrpcCode {
     pub const FAILED_PRECONDITION: Self = Self(9);
     /// Another call with the key is running.
     pub const ABORTED: Self = Self(10);
+    /// Something the proxy has no better status for.
+    pub const INTERNAL: Self = Self(13);
     /// The service could not be reached; retrying is safe.
     pub const UNAVAILABLE: Self = Self(14);
     /// The call's credentials were refused.
