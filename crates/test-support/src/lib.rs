@@ -1,6 +1,7 @@
 //! Test support for the idempotency crates: the store suite every backend and decorator runs
 //! ([`store_suite!`], [`inbox_suite!`]), records to store, temporary files, an HTTP client for
-//! tests over real sockets, and private Redis servers and clusters (feature `redis`).
+//! tests over real sockets, private Redis servers and clusters (feature `redis`), and private
+//! PostgreSQL servers.
 //!
 //! Not published: it exists so that each store crate's tests and the proxy's run the same
 //! cases and start Redis the same way.
@@ -9,6 +10,7 @@ pub mod answer;
 pub mod client;
 mod macros;
 pub mod poll;
+pub mod postgres_server;
 pub mod records;
 #[cfg(feature = "redis")]
 pub mod redis;
