@@ -11,6 +11,7 @@ pub mod client;
 mod macros;
 pub mod poll;
 pub mod postgres_server;
+pub mod receiver;
 pub mod records;
 #[cfg(feature = "redis")]
 pub mod redis;
