@@ -19,6 +19,7 @@ pub mod fuzzing;
 pub mod inbox;
 mod logging;
 mod metric_catalog;
+mod outbox;
 mod proxy;
 mod router;
 mod server;

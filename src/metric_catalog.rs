@@ -7,6 +7,7 @@ use idempotency_core::idempotency::metrics::{
     FAIL_OPEN_TOTAL, IN_FLIGHT, REQUESTS_TOTAL, STORE_SECONDS, STORE_UNAVAILABLE_TOTAL,
     UPSTREAM_SECONDS,
 };
+use idempotency_outbox::{ATTEMPTS_TOTAL, DELIVERY_SECONDS};
 
 /// What kind of series a metric is, as Prometheus names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +115,18 @@ pub const METRICS: &[Metric] = &[
         MetricKind::Histogram,
         &["route"],
         "Inbox delivery attempt latency",
+    ),
+    metric(
+        ATTEMPTS_TOTAL,
+        MetricKind::Counter,
+        &["outbox", "result"],
+        "Outbox delivery attempts by result: delivered, failed, dead",
+    ),
+    metric(
+        DELIVERY_SECONDS,
+        MetricKind::Histogram,
+        &["outbox"],
+        "Outbox rows from their commit (created_at) to their delivery",
     ),
     metric(
         CONFIG_RELOADS_TOTAL,

@@ -16,9 +16,10 @@ const LAYERS: &[&[&str]] = &[
     &["thread_slot", "framing", "logging", "tls", "store"],
     // The upstream client; the status page's view of routes and inboxes.
     &["upstream", "status"],
-    // What each request reports; the inbox delivery workers; the router over routes.
-    &["telemetry", "inbox", "router"],
-    // The config (which reads inbox delivery settings); the metric catalog.
+    // What each request reports; the inbox delivery workers and the outbox relays; the router
+    // over routes.
+    &["telemetry", "inbox", "outbox", "router"],
+    // The config (which reads inbox delivery and outbox settings); the metric catalog.
     &["config", "metric_catalog"],
     // The listener and connections; the admin endpoints.
     &["server", "admin"],

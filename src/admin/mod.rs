@@ -28,6 +28,7 @@ use axum::Json;
 use serde_json::json;
 
 use crate::config::ConfigError;
+use crate::outbox::Outboxes;
 use crate::status::Status;
 use crate::store::Store;
 use idempotency_core::error::ProxyError;
@@ -60,6 +61,8 @@ struct AdminState {
     reload: Arc<dyn Reload>,
     metrics: MetricsHandle,
     status: Arc<Status>,
+    /// The outbox relays: whether each can do its work (`/readyz`).
+    outboxes: Arc<Outboxes>,
 }
 
 /// The admin routes, over the running config's `view`. With a token, `/metrics`, `/status`,
@@ -70,12 +73,14 @@ pub(crate) fn router(
     view: Arc<ArcSwap<AdminView>>,
     reload: Arc<dyn Reload>,
     status: Arc<Status>,
+    outboxes: Arc<Outboxes>,
 ) -> axum::Router {
     let state = AdminState {
         view,
         reload,
         metrics: metrics_handle(),
         status,
+        outboxes,
     };
     let guarded = axum::Router::new()
         .route(
@@ -146,13 +151,19 @@ async fn reload_config(State(state): State<AdminState>) -> Response {
     }
 }
 
+/// `200 ready` while the store answers and every outbox relay does its work; else `503` with
+/// one line for each part that does not, naming the outbox.
 async fn readyz(State(state): State<AdminState>) -> Response {
     let store = state.view.load().store.clone();
-    match store.ping().await {
-        Ok(()) => (StatusCode::OK, "ready").into_response(),
-        Err(e) => {
-            tracing::warn!(error = %e, "readiness check: store unreachable");
-            (StatusCode::SERVICE_UNAVAILABLE, "store unreachable").into_response()
-        }
+    let mut unready = Vec::new();
+    if let Err(e) = store.ping().await {
+        tracing::warn!(error = %e, "readiness check: store unreachable");
+        unready.push("store unreachable".to_owned());
+    }
+    unready.extend(state.outboxes.unready());
+    if unready.is_empty() {
+        (StatusCode::OK, "ready").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, unready.join("\n")).into_response()
     }
 }

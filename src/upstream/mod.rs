@@ -58,6 +58,11 @@ impl ClientAddr {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ClientTls;
 
+/// Put on a request the proxy makes itself (an outbox relay's attempt): no client is behind
+/// it, so no `X-Forwarded-*` header describes one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Originated;
+
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
@@ -210,6 +215,9 @@ pub(crate) fn stored_headers(parts: &http::request::Parts) -> http::HeaderMap {
 
 /// Appends the client to `X-Forwarded-For` and states the scheme the proxy was reached by.
 fn add_forwarded_headers(request: &mut Request<Body>) {
+    if request.extensions().get::<Originated>().is_some() {
+        return;
+    }
     let (client, scheme) = client_of(request.extensions());
     forward(request.headers_mut(), client, scheme);
 }

@@ -30,6 +30,11 @@ impl WebhookSigner {
         })
     }
 
+    /// Where the secret came from (`env:NAME` or `file:PATH`), safe to print.
+    pub fn reference(&self) -> &str {
+        &self.reference
+    }
+
     /// The `webhook-signature` value for message `id`, sent at `timestamp` (unix seconds, as
     /// `webhook-timestamp` carries it), with `body`.
     ///

@@ -36,6 +36,8 @@ mod verdict;
 
 pub use config::{destination, OnDead, OutboxConfig, LEASE_MARGIN};
 pub use enqueue::{enqueue, Event, Payload};
+/// The client the helper and the relay speak to PostgreSQL with.
+pub use idempotency_postgres::tokio_postgres;
 pub use metrics::{
     ATTEMPTS_TOTAL, ATTEMPT_LINE_TARGET, BLOCKED_AGGREGATES, DELIVERY_SECONDS,
     OLDEST_PENDING_SECONDS, PENDING,
@@ -46,8 +48,6 @@ pub use relay::{Drained, Health, Relay};
 pub use schema::schema_sql;
 pub use table::{PayloadKind, TableLayout, TableProblems};
 pub use transport::Transport;
-/// The client the helper and the relay speak to PostgreSQL with.
-pub use idempotency_postgres::tokio_postgres;
 
 /// The README's examples compile, as a reader copies them.
 #[doc = include_str!("../README.md")]

@@ -36,6 +36,8 @@ pub fn schema_sql(table: &TableName, notify_channel: Option<&str>) -> String {
     let mut ddl = format!(
         r#"-- The outbox table {name}: the application inserts id, topic, aggregate_id, payload and
 -- headers in the same transaction as its business change; the relay writes the rest.
+BEGIN;
+
 CREATE TABLE IF NOT EXISTS {t} (
     id              text        PRIMARY KEY,
     topic           text        NOT NULL,
@@ -100,6 +102,7 @@ CREATE TRIGGER {order_trigger} BEFORE INSERT ON {t}
              -- again with --notify-channel NAME and set notify_channel = \"NAME\" in its config.\n",
         ),
     }
+    ddl.push_str("\nCOMMIT;\n");
     ddl
 }
 

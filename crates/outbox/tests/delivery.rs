@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{event, Db, HyperTransport, Receiver, Reply, WAIT};
+use common::{event, Db, HyperTransport, Receiver, Relays, Reply, WAIT};
 use idempotency_outbox::enqueue;
 use idempotency_outbox::TableName;
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use common::{event, Db, HyperTransport, Receiver, Reply, WAIT};
+use common::{event, Db, HyperTransport, Receiver, Relays, Reply, WAIT};
 use http::{Request, Response};
 use idempotency_outbox::{Health, Transport};
 use idempotency_test_support::postgres_server::{PostgresServer, Shutdown};

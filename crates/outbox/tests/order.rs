@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{event, ordered, Db, HyperTransport, Receiver, Reply, WAIT};
+use common::{event, ordered, Db, HyperTransport, Receiver, Relays, Reply, WAIT};
 use idempotency_outbox::{enqueue, OnDead, TableName};
 
 /// `ids`' arrivals in the order they came, each id once per attempt.

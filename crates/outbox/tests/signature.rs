@@ -8,7 +8,7 @@ mod common;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use common::{event, Db, HyperTransport, Receiver, WAIT};
+use common::{event, Db, HyperTransport, Receiver, Relays, WAIT};
 use idempotency_core::signing::WebhookSigner;
 use idempotency_core::Secret;
 

@@ -4,19 +4,12 @@
 
 mod common;
 
-use common::Db;
+use common::{Db, Relays};
 use idempotency_outbox::{OutboxError, PayloadKind, TableName};
 use idempotency_test_support::postgres_server::shared_postgres;
 
 async fn empty_db() -> Option<Db> {
-    let server = shared_postgres()?;
-    let url = server.fresh_database();
-    let pool = idempotency_postgres::pool(
-        &idempotency_postgres::DatabaseUrl::resolve(&url).unwrap(),
-        &idempotency_postgres::ConnectOptions::default(),
-    )
-    .unwrap();
-    Some(Db { url, pool })
+    Some(Db::empty(shared_postgres()?.fresh_database()))
 }
 
 #[tokio::test]

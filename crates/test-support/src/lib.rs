@@ -9,6 +9,8 @@
 pub mod answer;
 pub mod client;
 mod macros;
+#[cfg(feature = "outbox")]
+pub mod outbox;
 pub mod poll;
 pub mod postgres_server;
 pub mod receiver;
