@@ -162,3 +162,27 @@ fn a_config_with_routes_and_outboxes_serves_both_and_one_with_neither_is_refused
     assert_eq!((settings.routes.len(), settings.outboxes.len()), (1, 1));
     assert!(matches!(load_text(""), Err(ConfigError::NoUpstream)));
 }
+
+#[test]
+fn the_example_configs_outbox_loads_once_uncommented() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
+    let example = std::fs::read_to_string(path).unwrap();
+    let block = example.split_once("# [[outboxes]]").unwrap().1;
+    let mut text = "[[outboxes]]".to_owned();
+    for line in block.lines().skip(1).take_while(|l| l.starts_with("# ")) {
+        text.push('\n');
+        text.push_str(&line[2..]);
+    }
+    std::env::set_var("OUTBOX_DATABASE_URL", "postgres://app@127.0.0.1:5432/app");
+    std::env::set_var(
+        "OUTBOX_SIGNING_SECRET",
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    );
+    let refused = load_text(&text).unwrap_err().to_string();
+    // Everything but the CA file, which the example only names.
+    assert!(refused.contains("key \"upstream_ca\""), "{refused}");
+    let without_ca = text.replace("upstream_ca = \"file:ca.pem\"", "");
+    let settings = load_text(&without_ca).unwrap();
+    assert_eq!(settings.outboxes[0].relay.name.as_str(), "payments");
+    assert_eq!(settings.outboxes[0].relay.topics.len(), 1);
+}
