@@ -151,3 +151,40 @@ async fn a_drain_lets_the_attempt_in_flight_finish_and_starts_no_other() {
     assert!(receiver.arrivals("waiting").is_empty());
     assert_eq!(outbox.counts().await.unwrap().pending, 1);
 }
+
+#[tokio::test]
+async fn rows_claimed_when_the_drain_began_are_given_back_unattempted() {
+    let Some(db) = Db::fresh().await else { return };
+    let receiver = Receiver::start().await;
+    db.commit(&[event("claimed-1"), event("claimed-2")]).await;
+    // The table locked: the relay's claim waits behind the lock.
+    let mut holder = db.pool.get().await.unwrap();
+    let lock = holder.transaction().await.unwrap();
+    lock.batch_execute("LOCK TABLE outbox IN EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let relay = db
+        .outbox(db.config(&receiver))
+        .start_relay(HyperTransport::shared());
+    let waiting = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE wait_event_type = 'Lock' AND query LIKE 'WITH due AS%'";
+    common::poll::until(WAIT, "the claim waits for the table", async || {
+        db.count(waiting).await > 0
+    })
+    .await;
+    let drained = tokio::spawn(relay.drain(WAIT));
+    // On this test's single-threaded runtime the drain's stop is sent before this task goes on.
+    tokio::task::yield_now().await;
+    lock.commit().await.unwrap();
+    let drained = drained.await.unwrap();
+    assert_eq!((drained.attempts_left, drained.marks_written), (0, true));
+    for id in ["claimed-1", "claimed-2"] {
+        let row = db.row(id).await.unwrap();
+        assert_eq!(
+            (row.attempts, row.lease_owner, row.delivered),
+            (0, None, false),
+            "{id}"
+        );
+    }
+    assert!(receiver.all().is_empty(), "nothing was sent");
+}

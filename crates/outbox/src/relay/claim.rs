@@ -35,6 +35,7 @@ pub(super) async fn run(
     };
     let config = shared.outbox.config();
     let claim_sql = sql::claim(&config.table, layout.payload, config.on_dead);
+    let mut backlog = false;
     while !is_stopped(&stop) {
         let free = shared.permits.available_permits().min(CLAIM_BATCH);
         if free > 0 {
@@ -60,11 +61,12 @@ pub(super) async fn run(
                     .clone()
                     .spawn(attempt::run(shared, row, permit, marks, kind));
             }
-            if claimed == free {
+            backlog = claimed == free;
+            if backlog && shared.permits.available_permits() >= batch(&shared, backlog) {
                 continue;
             }
         }
-        pause(&shared, free, &mut stop).await;
+        pause(&shared, backlog, &mut stop).await;
     }
 }
 
@@ -81,14 +83,35 @@ async fn slot(shared: &Shared) -> OwnedSemaphorePermit {
     }
 }
 
-/// Waits for a reason to claim again.
-async fn pause(shared: &Shared, free: usize, stop: &mut watch::Receiver<bool>) {
-    let poll = shared.outbox.config().poll_interval;
+/// How many free slots make a claim worth its transaction: one, or with a backlog a quarter of
+/// them (claiming row by row as each attempt ends would cost a transaction per row).
+fn batch(shared: &Shared, backlog: bool) -> usize {
+    if backlog {
+        shared
+            .outbox
+            .config()
+            .deliver_concurrency
+            .div_ceil(4)
+            .min(CLAIM_BATCH)
+    } else {
+        1
+    }
+}
+
+/// Waits for a reason to claim again: enough free slots for a batch, a `NOTIFY` (while a slot
+/// is free and there is no backlog to claim anyway), the poll interval, or the stop.
+async fn pause(shared: &Shared, backlog: bool, stop: &mut watch::Receiver<bool>) {
+    let batch = batch(shared, backlog);
+    let free = shared.permits.available_permits();
+    let enough = async {
+        let wanted = u32::try_from(batch).unwrap_or(1);
+        let _ = shared.permits.acquire_many(wanted).await;
+    };
     tokio::select! {
         _ = stop.changed() => {}
-        () = shared.wake.notified(), if free > 0 => {}
-        _ = shared.permits.acquire(), if free == 0 => {}
-        () = tokio::time::sleep(poll) => {}
+        () = shared.wake.notified(), if free > 0 && !backlog => {}
+        () = enough, if free < batch => {}
+        () = tokio::time::sleep(shared.outbox.config().poll_interval) => {}
     }
 }
 
