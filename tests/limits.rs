@@ -39,15 +39,15 @@ async fn assert_refused(request: &str) {
     assert_eq!(status, 400, "{request:?} got {text}");
     let closed = timeout(Duration::from_secs(5), stream.read_to_end(&mut Vec::new())).await;
     assert!(closed.is_ok(), "{request:?}: the connection stayed open");
-    // A marker sent now would come after the refused request at the upstream. The proxy
-    // answers a request it forwards with the upstream's answer, which the upstream gives once
-    // it has taken the request whole (and recorded it); a body the proxy could not read is cut
-    // off with its upstream connection, before the upstream takes it. So a `400`, the proxy's
-    // own answer, means the refused request was recorded by then or never will be. A request
+    // Why the marker, once answered, shows the refused request never reaches the upstream:
+    // the upstream records a request when it has it whole, before it answers. The proxy
+    // answers what it forwards with the upstream's answer, and cuts a body it could not read
+    // off, with its upstream connection, before the upstream has it whole; so when the proxy
+    // answers `400` itself, the refused request has been recorded or never will be. A request
     // smuggled in its bytes would be read after that answer, from the same connection, which
-    // the proxy has closed (read to its end above): nothing more of it is routed. The marker's
-    // answer, which the upstream gives once it has recorded the marker, shows the upstream
-    // records what reaches it.
+    // the proxy has closed (read to its end above): nothing more of it is routed. The marker,
+    // sent after all that, shows that what reaches the upstream is recorded: an empty record
+    // is not a dead route.
     let marker = exchange(&proxy, MARKER).await.expect("the marker answered");
     assert_eq!(marker.0, 201, "the marker: {}", marker.1);
     let seen: Vec<_> = upstream
