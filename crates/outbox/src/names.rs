@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use idempotency_core::model::IdempotencyKey;
+use idempotency_core::model::{IdempotencyKey, RouteName};
 use idempotency_postgres::quote_qualified;
 
 /// An outbox's name: 1 to 64 letters, digits, `-`, `_` or `.`, as a route's.
@@ -21,12 +21,8 @@ impl OutboxName {
     /// ```
     pub fn new(name: impl Into<String>) -> Result<Self, String> {
         let name = name.into();
-        let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
-        if name.is_empty() || name.len() > 64 || !name.chars().all(allowed) {
-            return Err(format!(
-                "outbox name {name:?} must be 1 to 64 letters, digits, '-', '_' or '.'"
-            ));
-        }
+        // The same rule as a route's name, and the same words.
+        RouteName::new(name.as_str()).map_err(|e| e.replacen("route name", "outbox name", 1))?;
         Ok(Self(name))
     }
 

@@ -111,6 +111,29 @@ async fn an_insert_waits_for_a_lock(db: &Db) -> bool {
     client.query_one(sql, &[]).await.unwrap().get::<_, i64>(0) > 0
 }
 
+/// Starts a second transaction that inserts `id` of `aggregate` and commits, and waits until its
+/// insert waits for the lock the first transaction of the aggregate holds.
+async fn a_second_transaction_waits(
+    db: &Db,
+    id: &'static str,
+    aggregate: &'static str,
+) -> tokio::task::JoinHandle<()> {
+    let pool = db.pool.clone();
+    let second = tokio::spawn(async move {
+        let mut client = pool.get().await.unwrap();
+        let transaction = client.transaction().await.unwrap();
+        enqueue(&transaction, &TableName::default(), &ordered(id, aggregate))
+            .await
+            .unwrap();
+        transaction.commit().await.unwrap();
+    });
+    common::poll::until(WAIT, format!("{id}'s insert waits"), async || {
+        an_insert_waits_for_a_lock(db).await
+    })
+    .await;
+    second
+}
+
 #[tokio::test]
 async fn two_transactions_of_one_aggregate_are_delivered_in_commit_order() {
     let Some(db) = Db::fresh().await else { return };
@@ -127,23 +150,7 @@ async fn two_transactions_of_one_aggregate_are_delivered_in_commit_order() {
         .unwrap();
     // The second inserts x2 of the same aggregate: it waits until the first ends, so it can
     // never commit first with a later seq.
-    let pool = db.pool.clone();
-    let second = tokio::spawn(async move {
-        let mut client = pool.get().await.unwrap();
-        let transaction = client.transaction().await.unwrap();
-        enqueue(
-            &transaction,
-            &TableName::default(),
-            &ordered("x2", "order-X"),
-        )
-        .await
-        .unwrap();
-        transaction.commit().await.unwrap();
-    });
-    common::poll::until(WAIT, "x2's insert waits", async || {
-        an_insert_waits_for_a_lock(&db).await
-    })
-    .await;
+    let second = a_second_transaction_waits(&db, "x2", "order-X").await;
     // Meanwhile the relay claims: an unrelated row goes, nothing of order-X does.
     db.commit(&[event("unrelated")]).await;
     db.until_delivered("unrelated").await;
@@ -172,23 +179,7 @@ async fn a_rolled_back_first_transaction_lets_the_second_go_alone() {
     enqueue(&first, &TableName::default(), &ordered("y1", "order-Y"))
         .await
         .unwrap();
-    let pool = db.pool.clone();
-    let second = tokio::spawn(async move {
-        let mut client = pool.get().await.unwrap();
-        let transaction = client.transaction().await.unwrap();
-        enqueue(
-            &transaction,
-            &TableName::default(),
-            &ordered("y2", "order-Y"),
-        )
-        .await
-        .unwrap();
-        transaction.commit().await.unwrap();
-    });
-    common::poll::until(WAIT, "y2's insert waits", async || {
-        an_insert_waits_for_a_lock(&db).await
-    })
-    .await;
+    let second = a_second_transaction_waits(&db, "y2", "order-Y").await;
     first.rollback().await.unwrap();
     second.await.unwrap();
     db.until_delivered("y2").await;

@@ -8,6 +8,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use idempotency_postgres::tokio_postgres::types::ToSql;
+use idempotency_postgres::Object;
 use tokio::sync::mpsc;
 
 use super::{Shared, OUTAGE_PAUSE};
@@ -74,6 +75,41 @@ pub(super) async fn run(shared: Arc<Shared>, mut marks: mpsc::UnboundedReceiver<
     }
 }
 
+/// Writes `marks` in one fenced `UPDATE`: the ids whose claim still held.
+async fn update(
+    client: &Object,
+    shared: &Shared,
+    marks: &[&Mark],
+) -> Result<Vec<String>, OutboxError> {
+    let ids: Vec<&str> = marks.iter().map(|m| m.id.as_str()).collect();
+    let attempts: Vec<i32> = marks.iter().map(|m| m.attempt).collect();
+    let kinds: Vec<i16> = marks.iter().map(|m| m.kind as i16).collect();
+    let waits: Vec<i64> = marks.iter().map(|m| m.wait_ms).collect();
+    let statuses: Vec<Option<i32>> = marks.iter().map(|m| m.status).collect();
+    let errors: Vec<Option<&str>> = marks.iter().map(|m| m.error.as_deref()).collect();
+    let params: [&(dyn ToSql + Sync); 7] = [
+        &ids,
+        &attempts,
+        &kinds,
+        &waits,
+        &statuses,
+        &errors,
+        &shared.owner,
+    ];
+    applied(client, &shared.sql.mark, &params).await
+}
+
+/// Runs a fenced statement: the ids whose claim still held.
+async fn applied(
+    client: &Object,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<String>, OutboxError> {
+    let statement = client.prepare_cached(sql).await?;
+    let rows = client.query(&statement, params).await?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
+}
+
 /// Writes one batch; a mark whose claim no longer holds is logged and dropped.
 async fn write(shared: &Shared, batch: &[Mark]) -> Result<(), OutboxError> {
     let client = shared.outbox.client().await?;
@@ -83,42 +119,13 @@ async fn write(shared: &Shared, batch: &[Mark]) -> Result<(), OutboxError> {
         .partition(|m| delete_delivered && m.kind == MarkKind::Delivered);
     let mut held: HashSet<String> = HashSet::with_capacity(batch.len());
     if !updated.is_empty() {
-        let ids: Vec<&str> = updated.iter().map(|m| m.id.as_str()).collect();
-        let attempts: Vec<i32> = updated.iter().map(|m| m.attempt).collect();
-        let kinds: Vec<i16> = updated.iter().map(|m| m.kind as i16).collect();
-        let waits: Vec<i64> = updated.iter().map(|m| m.wait_ms).collect();
-        let statuses: Vec<Option<i32>> = updated.iter().map(|m| m.status).collect();
-        let errors: Vec<Option<&str>> = updated.iter().map(|m| m.error.as_deref()).collect();
-        let params: [&(dyn ToSql + Sync); 7] = [
-            &ids,
-            &attempts,
-            &kinds,
-            &waits,
-            &statuses,
-            &errors,
-            &shared.owner,
-        ];
-        let statement = client.prepare_cached(&shared.sql.mark).await?;
-        held.extend(
-            client
-                .query(&statement, &params)
-                .await?
-                .iter()
-                .map(|r| r.get(0)),
-        );
+        held.extend(update(&client, shared, &updated).await?);
     }
     if !deleted.is_empty() {
         let ids: Vec<&str> = deleted.iter().map(|m| m.id.as_str()).collect();
         let attempts: Vec<i32> = deleted.iter().map(|m| m.attempt).collect();
         let params: [&(dyn ToSql + Sync); 3] = [&ids, &attempts, &shared.owner];
-        let statement = client.prepare_cached(&shared.sql.delete_delivered).await?;
-        held.extend(
-            client
-                .query(&statement, &params)
-                .await?
-                .iter()
-                .map(|r| r.get(0)),
-        );
+        held.extend(applied(&client, &shared.sql.delete_delivered, &params).await?);
     }
     for lost in batch.iter().filter(|m| !held.contains(&m.id)) {
         tracing::warn!(outbox = %shared.outbox.name(), id = lost.id, attempt = lost.attempt, "outbox: an attempt outlived its lease and another claim took the row over; its outcome is not written");
