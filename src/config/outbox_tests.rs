@@ -186,3 +186,33 @@ fn the_example_configs_outbox_loads_once_uncommented() {
     assert_eq!(settings.outboxes[0].relay.name.as_str(), "payments");
     assert_eq!(settings.outboxes[0].relay.topics.len(), 1);
 }
+
+#[test]
+fn a_reload_may_not_change_the_outboxes_nor_turn_a_relay_only_process_into_a_proxy() {
+    let outbox = "[[outboxes]]\nname = \"o\"\ndatabase = \"postgres://u@h/d\"\ndeliver_to = \"http://127.0.0.1:9/\"\n";
+    let running = load_text(outbox).unwrap();
+    let file = std::env::temp_dir().join(format!("outbox-reload-{}.toml", std::process::id()));
+    let cli = Overrides {
+        config: Some(file.clone()),
+        ..Overrides::default()
+    };
+    let reload = |text: &str| {
+        std::fs::write(&file, text).unwrap();
+        load_for_reload(&cli, &running).map_err(|e| e.to_string())
+    };
+    assert!(reload(outbox).is_ok(), "the same outboxes");
+    let changed =
+        reload(&outbox.replace("http://127.0.0.1:9/", "http://127.0.0.1:10/")).unwrap_err();
+    assert!(
+        changed.contains(":1: key \"outboxes\": [o] -> [o] (or their keys) needs a restart"),
+        "{changed}"
+    );
+    let renamed = reload(&outbox.replace("name = \"o\"", "name = \"p\"")).unwrap_err();
+    assert!(renamed.contains("[o] -> [p]"), "{renamed}");
+    let routes = reload(&format!("upstream = \"http://127.0.0.1:9000\"\n{outbox}")).unwrap_err();
+    assert!(
+        routes.contains("key \"routes\": a relay-only process -> routes needs a restart"),
+        "{routes}"
+    );
+    let _ = std::fs::remove_file(&file);
+}
