@@ -29,8 +29,6 @@ const POLL: Duration = Duration::from_millis(250);
 const CLAIM_BATCH: usize = 64;
 /// How long after a failed store call the worker asks again.
 const STORE_PAUSE: Duration = Duration::from_secs(1);
-/// How often the queues are counted for the metrics.
-const COUNT_EVERY: Duration = Duration::from_secs(2);
 /// Added to `deliver_timeout` in a claim's lease, so an attempt ends before its claim does.
 const LEASE_MARGIN: Duration = Duration::from_secs(5);
 
@@ -67,12 +65,7 @@ impl Worker {
 
     /// Claims and starts attempts until `stop` turns true.
     pub(crate) async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let mut next_count = Instant::now();
         while !*stop.borrow() {
-            if Instant::now() >= next_count {
-                self.count().await;
-                next_count = Instant::now() + COUNT_EVERY;
-            }
             let free = self.permits.available_permits();
             let room = self.rate.reserve(free.min(CLAIM_BATCH));
             let want = room.len();
@@ -175,16 +168,6 @@ impl Worker {
             Err(e) => {
                 tracing::warn!(route = %route, delivery, error = %e, "inbox: recording an attempt failed; it is tried again after its lease");
             }
-        }
-    }
-
-    /// Counts the queues for the metrics.
-    async fn count(&self) {
-        let Some(inbox) = self.inbox.store.inbox() else {
-            return;
-        };
-        if let Ok(queues) = inbox.queues(&self.inbox.route, SystemTime::now()).await {
-            self.metrics.queues(&queues);
         }
     }
 }

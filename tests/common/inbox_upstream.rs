@@ -1,8 +1,9 @@
 //! An upstream for inbox deliveries: it records every delivery by its `Idempotency-Key`, with
 //! when it arrived and its `Delivery-Attempt`, measures how many overlap (in all, and for one
 //! key: two attempts of one delivery at once), and answers a status
-//! a test can change while it runs. It may start on a port chosen before it listens, so a
-//! proxy can be pointed at an upstream that is down.
+//! a test can change while it runs, or holds its answers until the test lets them go. It may
+//! start on a port chosen before it listens, so a proxy can be pointed at an upstream that is
+//! down.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, Response, StatusCode, Uri};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::poll;
@@ -43,6 +45,8 @@ struct Shared {
     record: Arc<Mutex<Record>>,
     status: Arc<Mutex<StatusCode>>,
     delay: Arc<Mutex<Duration>>,
+    /// While set, each answer waits for a permit of its own.
+    held: Arc<Mutex<Option<Arc<Semaphore>>>>,
 }
 
 pub struct InboxUpstream {
@@ -63,6 +67,7 @@ impl InboxUpstream {
             record: Arc::default(),
             status: Arc::new(Mutex::new(StatusCode::OK)),
             delay: Arc::default(),
+            held: Arc::default(),
         };
         let app = axum::Router::new()
             .fallback(handle)
@@ -88,6 +93,17 @@ impl InboxUpstream {
     /// How long it takes to answer from now on.
     pub fn take(&self, delay: Duration) {
         *self.shared.delay.lock().unwrap() = delay;
+    }
+
+    /// From now on each answer waits until [`release`](Self::release) lets it go.
+    pub fn hold(&self) {
+        *self.shared.held.lock().unwrap() = Some(Arc::new(Semaphore::new(0)));
+    }
+
+    /// Lets `n` held answers go (those waiting first, then those to come).
+    pub fn release(&self, n: usize) {
+        let held = self.shared.held.lock().unwrap().clone();
+        held.expect("hold() first").add_permits(n);
     }
 
     /// Every delivery of `key`, in order of arrival.
@@ -175,6 +191,10 @@ async fn handle(
         record.by_key.entry(key.clone()).or_default().push(arrival);
         record.in_flight += 1;
         record.most_in_flight = record.most_in_flight.max(record.in_flight);
+    }
+    let held = shared.held.lock().unwrap().clone();
+    if let Some(held) = held {
+        held.acquire().await.unwrap().forget();
     }
     let delay = *shared.delay.lock().unwrap();
     tokio::time::sleep(delay).await;
