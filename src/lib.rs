@@ -21,6 +21,7 @@ mod logging;
 mod metric_catalog;
 mod proxy;
 mod router;
+mod scraped;
 mod server;
 mod status;
 pub mod store;
