@@ -228,7 +228,15 @@ async fn a_deadline_shorter_than_the_upstream_is_an_ambiguous_outcome_kept_as_un
         "metadata": { "x-delay-ms": "3000" },
     });
     let calls = grpc.call(&target(&proxy), None, json!([hurried])).await;
-    assert_eq!(calls[0].code, "DEADLINE_EXCEEDED", "{:?}", calls[0]);
+    // The client's timer and the proxy's end the call at the same moment: either the client
+    // gives up first, or the proxy's own answer reaches it first.
+    let first = &calls[0];
+    let proxy_answered =
+        first.code == "UNAVAILABLE" && first.details.contains("did not answer in time");
+    assert!(
+        first.code == "DEADLINE_EXCEEDED" || proxy_answered,
+        "{first:?}"
+    );
     // The proxy's deadline is the call's: the outcome is stored at about the same moment the
     // client gave up, so a retry may still find it in flight.
     let retry = poll::until(Duration::from_secs(10), "the outcome stored", async || {
