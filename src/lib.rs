@@ -22,6 +22,7 @@ mod metric_catalog;
 mod outbox;
 mod proxy;
 mod router;
+mod scraped;
 mod server;
 mod status;
 pub mod store;

@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     // Leaves: per-thread slots, the framing guard, logging, TLS files, the store choice.
     &["thread_slot", "framing", "logging", "tls", "store"],
-    // The upstream client; the status page's view of routes and inboxes.
-    &["upstream", "status"],
+    // The upstream client; the status page's view of routes and inboxes; gauges read when
+    // scraped.
+    &["upstream", "status", "scraped"],
     // What each request reports; the inbox delivery workers and the outbox relays; the router
     // over routes.
     &["telemetry", "inbox", "outbox", "router"],

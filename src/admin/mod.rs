@@ -29,6 +29,7 @@ use serde_json::json;
 
 use crate::config::ConfigError;
 use crate::outbox::Outboxes;
+use crate::scraped::ScrapedGauges;
 use crate::status::Status;
 use crate::store::Store;
 use idempotency_core::error::ProxyError;
@@ -60,12 +61,15 @@ struct AdminState {
     view: Arc<ArcSwap<AdminView>>,
     reload: Arc<dyn Reload>,
     metrics: MetricsHandle,
+    /// Gauges counted in the store, read right before each render.
+    scraped: ScrapedGauges,
     status: Arc<Status>,
     /// The outbox relays: whether each can do its work (`/readyz`).
     outboxes: Arc<Outboxes>,
 }
 
-/// The admin routes, over the running config's `view`. With a token, `/metrics`, `/status`,
+/// The admin routes, over the running config's `view`, with the gauges `scraped` reads for
+/// `/metrics`. With a token, `/metrics`, `/status`,
 /// `/keys`, `/inbox` and `/reload` require `Authorization: Bearer <token>`; `/healthz` and `/readyz`
 /// stay open for orchestrators' probes, and `/` (the status page) for browsers, as they reveal
 /// nothing: the page asks for the token and fetches its data from `/status`.
@@ -74,19 +78,18 @@ pub(crate) fn router(
     reload: Arc<dyn Reload>,
     status: Arc<Status>,
     outboxes: Arc<Outboxes>,
+    scraped: ScrapedGauges,
 ) -> axum::Router {
     let state = AdminState {
         view,
         reload,
         metrics: metrics_handle(),
+        scraped,
         status,
         outboxes,
     };
     let guarded = axum::Router::new()
-        .route(
-            "/metrics",
-            get(|State(s): State<AdminState>| async move { s.metrics.render() }),
-        )
+        .route("/metrics", get(render_metrics))
         .route("/status", get(page::status))
         .route(
             "/keys/{route}/{key}",
@@ -110,6 +113,13 @@ pub(crate) fn router(
         .route("/readyz", get(readyz))
         .merge(guarded)
         .with_state(state)
+}
+
+/// `GET /metrics`: the gauges counted in the store are read first, so that they say what the
+/// admin endpoints would say now (`crate::scraped`).
+async fn render_metrics(State(state): State<AdminState>) -> String {
+    state.scraped.read().await;
+    state.metrics.render()
 }
 
 async fn require_token(State(state): State<AdminState>, request: Request, next: Next) -> Response {

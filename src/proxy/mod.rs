@@ -26,6 +26,7 @@ use crate::config::{ConfigError, Overrides, Settings};
 use crate::inbox::{QueueStats, RouteInbox};
 use crate::metric_catalog;
 use crate::outbox::{self, Outboxes};
+use crate::scraped::{GaugeSource, Named};
 use crate::server::{self, LiveApp};
 use crate::status::{ConfigSummary, Status};
 use crate::store::{self, MemoryStore, Store, StoreError};
@@ -171,11 +172,13 @@ impl Proxy {
     pub fn admin(&self) -> axum::Router {
         let status = self.inner.status.clone();
         let outboxes = self.inner.outboxes.clone();
+        let scraped = self.inner.kept.scraped.clone();
         admin::router(
             self.inner.admin.clone(),
             Arc::new(self.clone()),
             status,
             outboxes,
+            scraped,
         )
     }
 
@@ -248,17 +251,19 @@ fn servable(settings: &Settings, store: &dyn Store) -> Result<(), ConfigError> {
     }
 }
 
-/// Starts the delivery workers of a generation's inbox routes, and shows their queues on the
-/// status page.
+/// Starts the delivery workers of a generation's inbox routes, shows their queues on the
+/// status page, and has `/metrics` count them when scraped.
 fn start_deliveries(kept: &Kept, status: &Status, inboxes: Vec<RouteInbox>) {
     status.clear_inboxes();
+    let mut gauges = Vec::with_capacity(inboxes.len());
     for inbox in &inboxes {
-        let stats = QueueStats {
-            route: inbox.route.clone(),
-            store: inbox.store.clone(),
-        };
-        status.set_inbox(&inbox.route, Arc::new(stats));
+        let stats = Arc::new(QueueStats::new(inbox.route.clone(), inbox.store.clone()));
+        status.set_inbox(&inbox.route, stats.clone());
+        let source: Arc<dyn GaugeSource> = stats;
+        let name = inbox.route.as_str().to_owned();
+        gauges.push(Named { name, source });
     }
+    kept.scraped.replace("inbox", gauges);
     kept.inboxes.start(inboxes);
 }
 

@@ -10,12 +10,15 @@
 //! ([`exchange`]) and while the answer's body is read ([`UpstreamBody`]); when the body ends the
 //! connection goes back to the pool. No task runs per connection. For an `https://` upstream a
 //! connection is TCP then the route's TLS handshake ([`transport`]), so a pool never holds a
-//! connection made with another route's trust or client certificate.
+//! connection made with another route's trust or client certificate. A sender that picks the
+//! moment a request goes (an inbox route's paced attempts) makes it [`Ready`] on its connection
+//! first, and sends it then.
 
 mod body;
 mod exchange;
 mod multiplexed;
 mod pool;
+mod ready;
 mod transport;
 
 use std::future::Future;
@@ -33,6 +36,7 @@ use tower::Service;
 
 pub(crate) use body::UpstreamBody;
 pub(crate) use pool::PoolSettings;
+pub(crate) use ready::Ready;
 
 use idempotency_core::error::BoxError;
 use idempotency_core::error::RequestNotSent;
