@@ -236,3 +236,58 @@ async fn readyz_names_the_outbox_whose_database_is_down_until_it_is_back() {
     relay.until_logged("the relay resumes").await;
     assert!(relay.log().contains("the relay is paused"));
 }
+
+/// The value of the series `name{outbox="payments"...}` in a `/metrics` text.
+fn series(metrics: &str, name: &str) -> f64 {
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with(name) && l.contains("outbox=\"payments\""))
+        .unwrap_or_else(|| panic!("no {name} in {metrics}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn metrics_count_attempts_and_the_table_when_scraped() {
+    let Some(db) = OutboxDb::fresh().await else {
+        return;
+    };
+    let receiver = Receiver::start().await;
+    receiver.script("a1", [Reply::status(410)]);
+    let extra = "on_dead = \"block\"";
+    let config = outbox_table(&db.url, &receiver.url("/events"), extra);
+    let relay = RelayProcess::start("outbox-metrics", &config).await;
+    db.commit(&[
+        idempotency_test_support::outbox::ordered("a1", "order-A"),
+        idempotency_test_support::outbox::ordered("a2", "order-A"),
+        event("b1"),
+    ])
+    .await;
+    db.until_dead("a1").await;
+    db.until_delivered("b1").await;
+    let metrics = String::from_utf8(
+        relay
+            .admin
+            .send("GET", "/metrics", &[], "")
+            .await
+            .body
+            .to_vec(),
+    )
+    .unwrap();
+    assert_eq!(
+        series(&metrics, "idempotency_outbox_pending{"),
+        1.0,
+        "a2, held"
+    );
+    assert_eq!(
+        series(&metrics, "idempotency_outbox_blocked_aggregates{"),
+        1.0
+    );
+    assert!(series(&metrics, "idempotency_outbox_oldest_pending_seconds{") > 0.0);
+    let dead = "idempotency_outbox_attempts_total{outbox=\"payments\",result=\"dead\"}";
+    assert_eq!(series(&metrics, dead), 1.0);
+    assert_eq!(
+        series(&metrics, "idempotency_outbox_delivery_seconds_count{"),
+        1.0,
+        "b1"
+    );
+}

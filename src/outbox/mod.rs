@@ -6,6 +6,7 @@
 //! its relay, which checks the table itself once it does. The relays outlive reloads (a reload
 //! may not change them) and are drained with the proxy, within the same `drain_timeout`.
 
+mod gauges;
 mod transport;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -14,7 +15,9 @@ use std::time::Duration;
 use idempotency_outbox::{Health, Outbox, OutboxError, Relay};
 use idempotency_postgres::ConnectOptions;
 
+use crate::scraped::{GaugeSource, Named, ScrapedGauges};
 use crate::tls::UpstreamTls;
+use gauges::OutboxGauges;
 use idempotency_outbox::OutboxConfig;
 use idempotency_postgres::DatabaseUrl;
 use transport::UpstreamTransport;
@@ -86,13 +89,19 @@ impl Outboxes {
         self.relays.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts a relay for each checked outbox, on the current runtime.
-    pub(crate) fn start(&self, checked: Checked) {
+    /// Starts a relay for each checked outbox, on the current runtime, and has `/metrics`
+    /// count each table when scraped.
+    pub(crate) fn start(&self, checked: Checked, scraped: &ScrapedGauges) {
         let mut relays = self.relays();
+        let mut gauges = Vec::with_capacity(checked.0.len());
         for (outbox, transport) in checked.0 {
             tracing::info!(outbox = %outbox.name(), database = %outbox.database(), table = %outbox.config().table, "outbox relay starting");
+            let source: Arc<dyn GaugeSource> = Arc::new(OutboxGauges::new(outbox.clone()));
+            let name = outbox.name().as_str().to_owned();
+            gauges.push(Named { name, source });
             relays.push(outbox.start_relay(transport));
         }
+        scraped.replace("outbox", gauges);
     }
 
     /// One line for each relay that is not doing its work, saying why.

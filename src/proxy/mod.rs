@@ -120,7 +120,10 @@ impl Proxy {
         };
         servable(settings, &*store).map_err(|e| StartError::Inbox(e.to_string()))?;
         let proxy = Self::with_store(settings, store);
-        proxy.inner.outboxes.start(outboxes);
+        proxy
+            .inner
+            .outboxes
+            .start(outboxes, &proxy.inner.kept.scraped);
         Ok(proxy)
     }
 
