@@ -1,12 +1,13 @@
 //! The reference (`docs/reference.md`) and the proxy agree. Every flag and variable `--help`
 //! prints, every key the config loader accepts (in each kind of table), every metric the proxy
-//! exports and every problem type it answers has its row there, and every row names one that
-//! exists. Where the reference gives a key's default as a literal, `--check` prints that value.
+//! exports, every problem type it answers and every admin path it serves has its row there, and
+//! every row names one that exists. Where the reference gives a key's default as a literal, `--check` prints that value.
 //! So a key, metric or problem added without its row fails here, and so does a row left behind.
 //!
 //! The lists come from the code itself: the flags from the binary's `--help`, the config keys
 //! from the loader's own refusal of an unknown key (which names every key that table accepts),
-//! the metrics from `METRICS` and the problem types from `ProxyError::one_of_each`.
+//! the metrics from `METRICS`, the problem types from `ProxyError::one_of_each`, and the admin
+//! paths from the admin router's source, each then asked of a running admin listener.
 
 mod common;
 
@@ -270,4 +271,79 @@ fn every_problem_type_is_in_the_reference_with_its_status_and_title() {
         .map(|row| format!("{} {} {}", name(&row[0]), row[1], row[2]))
         .collect();
     assert_same("problem types", &in_code, &named);
+}
+
+/// The admin router's `(method, path)` pairs, read from its source: each `.route("PATH", …)`
+/// call with the methods (`get(`, `post(`, `delete(`) it chains.
+fn served_admin_paths() -> BTreeSet<(String, String)> {
+    let source = read("src/admin/mod.rs");
+    let mut served = BTreeSet::new();
+    for (at, _) in source.match_indices(".route(") {
+        let call = &source[at + ".route(".len()..];
+        // The call ends where its parentheses balance.
+        let mut depth = 1;
+        let end = call
+            .char_indices()
+            .find_map(|(i, c)| {
+                depth += match c {
+                    '(' => 1,
+                    ')' => -1,
+                    _ => 0,
+                };
+                (depth == 0).then_some(i)
+            })
+            .expect("a closed .route( call");
+        let call = &call[..end];
+        let path = call.split('"').nth(1).expect("a path literal").to_owned();
+        let handlers = call.split_once(',').expect("a handler").1;
+        for method in ["get", "post", "delete", "put", "patch"] {
+            let called = handlers
+                .match_indices(&format!("{method}("))
+                .any(|(i, _)| i == 0 || !handlers.as_bytes()[i - 1].is_ascii_alphanumeric());
+            if called {
+                served.insert((method.to_ascii_uppercase(), path.clone()));
+            }
+        }
+    }
+    served
+}
+
+#[tokio::test]
+async fn every_admin_path_is_in_the_reference_and_served() {
+    let named: BTreeSet<(String, String)> = tables(&["method and path", "token", "answer"])
+        .into_iter()
+        .flat_map(|table| table.rows)
+        .map(|row| {
+            let (method, path) = name(&row[0]).split_once(' ').map_or_else(
+                || panic!("{REFERENCE}: {:?} is no `METHOD /path`", row[0]),
+                |(m, p)| (m.to_owned(), p.to_owned()),
+            );
+            (method, path)
+        })
+        .collect();
+    let served = served_admin_paths();
+    assert!(served.len() >= 15, "only {} admin paths read", served.len());
+    let as_text = |set: &BTreeSet<(String, String)>| {
+        set.iter()
+            .map(|(m, p)| format!("{m} {p}"))
+            .collect::<BTreeSet<_>>()
+    };
+    assert_same("admin paths", &as_text(&served), &as_text(&named));
+
+    // And a running admin listener answers each one: a problem, a page or data, never the
+    // empty `404` of a path it does not know.
+    let upstream = common::upstream::TestUpstream::start().await;
+    let toml = format!("upstream = \"{}\"\n", upstream.url());
+    let store = std::sync::Arc::new(idempotency_proxy::store::MemoryStore::new());
+    let proxy = common::proxy::TestProxy::start(&toml, store).await;
+    for (method, path) in &named {
+        let path = path
+            .replace("{route}", "default")
+            .replace("{key}", "k")
+            .replace("{name}", "payments")
+            .replace("{id}", "evt-1");
+        let answer = proxy.admin.send(method, &path, &[], "").await;
+        let unknown = answer.status == 404 && answer.body.is_empty();
+        assert!(!unknown, "{method} {path}: not served");
+    }
 }

@@ -1,6 +1,7 @@
 //! The admin status page in a real browser: headless Chromium loads `GET /`, the page's script
-//! polls `/status`, and the rendered DOM is checked against `/metrics` and for anything a client
-//! sent that must never be shown.
+//! polls `/status`, and the rendered DOM is checked against `/metrics` and `GET /outbox/{name}`
+//! (an outbox relay on a private PostgreSQL, where there is one), and for anything a client or
+//! an application sent that must never be shown.
 //!
 //! Without Chromium on the machine the browser checks say SKIPPED and pass, unless
 //! `REQUIRE_BROWSER=1` (as CI sets it). `STATUS_PAGE_SCREENSHOT=PATH` also writes the
@@ -14,12 +15,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::client::TestClient;
+use common::postgres_server::{PostgresServer, Shutdown};
 use common::proxy::TestProxy;
+use common::receiver::{Receiver, Reply};
 use common::temp::TempPath;
 use common::upstream::TestUpstream;
 use idempotency_core::model::{IdempotencyKey, RouteName, ScopedKey};
+use idempotency_outbox::{Event, EventId};
 use idempotency_proxy::store::{MemoryStore, StoreError};
 use idempotency_proxy::{InboxQueues, InboxStats};
+use idempotency_test_support::outbox::OutboxDb;
 
 const OUTCOMES: [&str; 7] = [
     "forwarded",
@@ -179,12 +184,96 @@ async fn traffic(proxy: &TestProxy, upstream: &TestUpstream) {
     assert_eq!(first.await.unwrap().status, 201);
 }
 
+/// An `[[outboxes]]` table named `payments` on `db`, relaying to `receiver`; an attempt may wait
+/// minutes for its answer, so a held one stays in flight while the page is looked at.
+fn outbox_config(database: &str, receiver: &Receiver) -> String {
+    format!(
+        "[[outboxes]]\nname = \"payments\"\ndatabase = \"{database}\"\ndeliver_to = \"{}\"\n\
+         poll_interval = \"100ms\"\nnotify_channel = \"outbox\"\ndeliver_timeout = \"5m\"\n\
+         on_dead = \"block\"\n",
+        receiver.url("/events")
+    )
+}
+
+/// An event whose body holds a card number, which the page must never show.
+fn card_event(id: &str) -> Event {
+    let body = serde_json::json!({ "card": CARD, "event": id });
+    let id = EventId::new(id).unwrap();
+    Event::json(id, "payment.confirmed", &body).unwrap()
+}
+
+/// Rows in each state the page counts: `a1` dead (`410`), `a2` pending behind it (its
+/// aggregate blocked), `held` in flight, `fine` delivered.
+async fn outbox_rows(db: &OutboxDb, receiver: &Receiver) {
+    receiver.script("a1", [Reply::status(410)]);
+    receiver.script("held", [Reply::status(200).held()]);
+    let (a1, a2) = (card_event("a1"), card_event("a2"));
+    db.commit(&[a1.aggregate("order-A"), a2.aggregate("order-A")])
+        .await;
+    db.commit(&[card_event("fine"), card_event("held")]).await;
+    db.until_dead("a1").await;
+    db.until_delivered("fine").await;
+    let wait = Duration::from_secs(30);
+    receiver
+        .until(wait, "held being attempted", |r| r.held() == 1)
+        .await;
+}
+
+/// The text of the queue section marked `attribute="name"` (an inbox route's or an
+/// outbox's), from its start to the end of the section.
+fn queue_text(dom: &str, attribute: &str, name: &str) -> Option<String> {
+    let at = dom.find(&format!("{attribute}=\"{name}\""))?;
+    let section = &dom[at..];
+    let end = section.find("</div>")?;
+    let text = section[..end]
+        .split('<')
+        .filter_map(|part| part.split_once('>'));
+    Some(text.map(|(_, text)| text).collect())
+}
+
+/// The outbox's section says what `GET /outbox/payments` says, in the inboxes' words.
+async fn check_outbox_section(proxy: &TestProxy, dom: &str) {
+    let counts = proxy.admin.send("GET", "/outbox/payments", &[], "").await;
+    assert_eq!(counts.status, 200, "{counts:?}");
+    let counts = counts.json();
+    for field in [
+        "pending",
+        "in_flight",
+        "dead",
+        "delivered_last_hour",
+        "blocked_aggregates",
+    ] {
+        assert_eq!(counts[field], 1, "{field}: {counts}");
+    }
+    let text = queue_text(dom, "data-outbox", "payments")
+        .unwrap_or_else(|| panic!("no outbox section:\n{dom}"));
+    for shown in [
+        "pending 1",
+        "in flight 1",
+        "dead 1",
+        "oldest pending ",
+        "delivered last hour 1",
+        "blocked aggregates 1",
+    ] {
+        assert!(text.contains(shown), "{shown:?} in {text:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_shows_what_metrics_count_and_nothing_a_client_sent() {
     let upstream = TestUpstream::start().await;
     let (payments, hooks) = ("page-payments", "page-hooks");
-    let toml = two_routes(&upstream.url(), payments, hooks, "");
-    let proxy = TestProxy::start(&toml, Arc::new(MemoryStore::new())).await;
+    let mut toml = two_routes(&upstream.url(), payments, hooks, "");
+    // With a PostgreSQL (else SKIPPED, loudly, and the page shows routes only), an outbox too.
+    let outbox = OutboxDb::fresh().await;
+    let receiver = Receiver::start().await;
+    if let Some(db) = &outbox {
+        toml.push_str(&outbox_config(&db.url, &receiver));
+    }
+    let proxy = TestProxy::with_outboxes(&toml, Arc::new(MemoryStore::new())).await;
+    if let Some(db) = &outbox {
+        outbox_rows(db, &receiver).await;
+    }
     traffic(&proxy, &upstream).await;
 
     let status = proxy.admin.send("GET", "/status", &[], "").await;
@@ -235,8 +324,11 @@ async fn the_page_shows_what_metrics_count_and_nothing_a_client_sent() {
             "{route} {outcome}"
         );
     }
-    for secret in [CARD, KEY_PREFIX, "slow-order", "amount"] {
+    for secret in [CARD, KEY_PREFIX, "slow-order", "amount", "order-A"] {
         assert!(!dom.contains(secret), "the page shows {secret:?}");
+    }
+    if outbox.is_some() {
+        check_outbox_section(&proxy, &dom).await;
     }
     let slow_key = ScopedKey::new(
         RouteName::new(payments).unwrap(),
@@ -333,17 +425,6 @@ impl InboxStats for Waited {
     }
 }
 
-/// What the inbox section of `route`'s card says, from its start to the end of the section.
-fn inbox_text(dom: &str, route: &str) -> Option<String> {
-    let at = dom.find(&format!("data-inbox=\"{route}\""))?;
-    let section = &dom[at..];
-    let end = section.find("</div>")?;
-    let text = section[..end]
-        .split('<')
-        .filter_map(|part| part.split_once('>'));
-    Some(text.map(|(_, text)| text).collect())
-}
-
 /// The oldest pending age is shown as precisely as `/inbox/{route}` and the gauge carry it
 /// where that matters (under ten seconds, to the tenth), then in whole seconds, minutes and
 /// hours, never rounded up.
@@ -381,7 +462,8 @@ async fn the_oldest_pending_age_is_shown_as_the_api_tells_it() {
     let wrong: Vec<_> = shown
         .iter()
         .filter_map(|(route, _, age)| {
-            let text = inbox_text(&dom, route).unwrap_or_else(|| panic!("no {route}:\n{dom}"));
+            let text = queue_text(&dom, "data-inbox", route)
+                .unwrap_or_else(|| panic!("no {route}:\n{dom}"));
             let right = text.ends_with(&format!("oldest pending {age}"));
             (!right).then(|| format!("{route}: {text:?}, not {age:?}"))
         })
@@ -444,4 +526,33 @@ async fn a_dead_store_shows_as_unreachable_and_its_refusals_are_counted() {
         1,
         "{metrics}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_whose_database_is_down_shows_as_unavailable() {
+    let Some(mut server) = PostgresServer::start().await else {
+        return;
+    };
+    let db = OutboxDb::on(server.fresh_database()).await;
+    let receiver = Receiver::start().await;
+    let toml = format!("store = \"memory\"\n{}", outbox_config(&db.url, &receiver));
+    let proxy = TestProxy::with_outboxes(&toml, Arc::new(MemoryStore::new())).await;
+    let status = proxy.admin.send("GET", "/status", &[], "").await.json();
+    assert_eq!(status["outboxes"][0]["name"], "payments");
+    assert_eq!(status["outboxes"][0]["state"], "ok", "{status}");
+
+    server.stop(Shutdown::Immediate);
+    let status = proxy.admin.send("GET", "/status", &[], "").await.json();
+    assert_eq!(status["outboxes"][0]["state"], "unavailable", "{status}");
+    let text = status.to_string();
+    assert!(
+        !text.contains("127.0.0.1") && !text.contains("postgres://"),
+        "no address: {text}"
+    );
+    let Some(browser) = chromium() else { return };
+    let url = format!("http://{}/", proxy.admin_addr);
+    let dom = chromium_run(&browser, &url, "--dump-dom").await;
+    let text = queue_text(&dom, "data-outbox", "payments")
+        .unwrap_or_else(|| panic!("no outbox section:\n{dom}"));
+    assert!(text.contains("unavailable"), "{text:?}");
 }

@@ -13,52 +13,12 @@ use axum::http::{StatusCode, Uri};
 use axum::Json;
 use serde_json::json;
 
+use super::dead::{done, rfc3339, Page};
 use super::{AdminState, AdminView};
 use crate::store::{Inbox, StoreError};
 use idempotency_core::error::ProxyError;
 use idempotency_core::idempotency::policy::RouteMode;
 use idempotency_core::model::{Delivery, DeliveryId, InboxQueues, RouteName};
-
-/// Dead deliveries listed when `limit` is not given, and the most one page may hold.
-const DEFAULT_PAGE: usize = 100;
-const MAX_PAGE: usize = 1000;
-
-/// The query of `GET /inbox/{route}/dead`: `limit` and `after`, plain digits and hex, which
-/// need no percent-decoding.
-#[derive(Debug, Default)]
-struct Page {
-    limit: Option<usize>,
-    after: Option<DeliveryId>,
-}
-
-impl Page {
-    fn parse(query: Option<&str>) -> Result<Self, ProxyError> {
-        let mut page = Page::default();
-        for pair in query
-            .unwrap_or_default()
-            .split('&')
-            .filter(|p| !p.is_empty())
-        {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match name {
-                "limit" => {
-                    let limit = value.parse().ok().filter(|l| (1..=MAX_PAGE).contains(l));
-                    page.limit =
-                        Some(limit.ok_or(ProxyError::BadRequest("limit must be 1 to 1000"))?);
-                }
-                "after" => {
-                    page.after = Some(
-                        value
-                            .parse()
-                            .map_err(|_| ProxyError::BadRequest("after must be a delivery id"))?,
-                    );
-                }
-                _ => {}
-            }
-        }
-        Ok(page)
-    }
-}
 
 /// The store failed; the operator gets `503 store-unavailable` and the log says why.
 fn unavailable(error: &StoreError) -> ProxyError {
@@ -98,9 +58,11 @@ pub(super) async fn dead(
 ) -> Result<Json<serde_json::Value>, ProxyError> {
     let view = state.view.load_full();
     let (inbox, route) = inbox(&view, &route)?;
-    let page = Page::parse(uri.query())?;
-    let limit = page.limit.unwrap_or(DEFAULT_PAGE);
-    let dead = inbox.dead(&route, limit, page.after).await;
+    let id = |raw: &str| raw.parse().ok();
+    let page = Page::parse(uri.query(), id, "after must be a delivery id")?;
+    let dead = inbox
+        .dead(&route, usize::from(page.limit), page.after)
+        .await;
     let dead = dead.map_err(|e| unavailable(&e))?;
     Ok(Json(serde_json::Value::Array(
         dead.iter().map(dead_view).collect(),
@@ -113,7 +75,7 @@ fn dead_view(delivery: &Delivery) -> serde_json::Value {
         "attempts": delivery.attempts,
         "last_status": delivery.last_status.map(|s| s.as_u16()),
         "last_error": delivery.last_error,
-        "received_at": humantime::format_rfc3339_millis(delivery.received_at).to_string(),
+        "received_at": rfc3339(delivery.received_at),
     })
 }
 
@@ -125,11 +87,9 @@ pub(super) async fn retry(
     let (inbox, route) = inbox(&view, &route)?;
     let id = delivery_id(&id)?;
     let revived = inbox.retry_dead(&route, id, SystemTime::now()).await;
-    if !revived.map_err(|e| unavailable(&e))? {
-        return Err(ProxyError::NoDelivery);
-    }
+    let answer = done(revived.map_err(|e| unavailable(&e))?)?;
     tracing::info!(route = %route, delivery = %id, "dead delivery retried by an operator");
-    Ok(StatusCode::NO_CONTENT)
+    Ok(answer)
 }
 
 pub(super) async fn remove(
@@ -139,13 +99,8 @@ pub(super) async fn remove(
     let view = state.view.load_full();
     let (inbox, route) = inbox(&view, &route)?;
     let id = delivery_id(&id)?;
-    if !inbox
-        .remove_dead(&route, id)
-        .await
-        .map_err(|e| unavailable(&e))?
-    {
-        return Err(ProxyError::NoDelivery);
-    }
+    let removed = inbox.remove_dead(&route, id).await;
+    let answer = done(removed.map_err(|e| unavailable(&e))?)?;
     tracing::info!(route = %route, delivery = %id, "dead delivery removed by an operator");
-    Ok(StatusCode::NO_CONTENT)
+    Ok(answer)
 }

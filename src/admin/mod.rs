@@ -1,5 +1,6 @@
 //! The admin listener: health, readiness, metrics, the status page, inspecting or dropping one
-//! record, inbox routes' queues and dead deliveries, and reloading the config.
+//! record, inbox routes' queues and outboxes' tables with their dead deliveries, and reloading
+//! the config.
 //!
 //! It runs on its own address so that operators can firewall it away from clients: it can
 //! drop records, which re-opens a key to a second execution. What it reads of the config (the
@@ -7,9 +8,11 @@
 
 mod batching;
 mod counts;
+mod dead;
 mod histograms;
 mod inbox;
 mod keys;
+mod outbox;
 mod page;
 mod recorder;
 
@@ -64,13 +67,13 @@ struct AdminState {
     /// Gauges counted in the store, read right before each render.
     scraped: ScrapedGauges,
     status: Arc<Status>,
-    /// The outbox relays: whether each can do its work (`/readyz`).
+    /// The outbox relays: whether each can do its work (`/readyz`), and their tables.
     outboxes: Arc<Outboxes>,
 }
 
 /// The admin routes, over the running config's `view`, with the gauges `scraped` reads for
 /// `/metrics`. With a token, `/metrics`, `/status`,
-/// `/keys`, `/inbox` and `/reload` require `Authorization: Bearer <token>`; `/healthz` and `/readyz`
+/// `/keys`, `/inbox`, `/outbox` and `/reload` require `Authorization: Bearer <token>`; `/healthz` and `/readyz`
 /// stay open for orchestrators' probes, and `/` (the status page) for browsers, as they reveal
 /// nothing: the page asks for the token and fetches its data from `/status`.
 pub(crate) fn router(
@@ -99,6 +102,10 @@ pub(crate) fn router(
         .route("/inbox/{route}/dead", get(inbox::dead))
         .route("/inbox/{route}/dead/{id}", delete(inbox::remove))
         .route("/inbox/{route}/dead/{id}/retry", post(inbox::retry))
+        .route("/outbox/{name}", get(outbox::counts))
+        .route("/outbox/{name}/dead", get(outbox::dead))
+        .route("/outbox/{name}/dead/{id}", delete(outbox::remove))
+        .route("/outbox/{name}/dead/{id}/retry", post(outbox::retry))
         .route("/reload", post(reload_config))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token))
         // Around the token check, whose refusal is a problem too; the refusal says nothing

@@ -1,12 +1,13 @@
 //! Outbox relays (docs/reference.md#outbox-relays): one per `[[outboxes]]` table, run by the
-//! `idempotency-outbox` crate, sending through the proxy's upstream client (`transport.rs`).
+//! `idempotency-outbox` crate, sending through the proxy's upstream client (`transport.rs`),
+//! each table counted for the gauges and the status page when they ask (`stats.rs`).
 //!
 //! Before anything is served each table is checked, and a table that lacks what the relay
 //! needs stops the start, naming each column; a database that does not answer yet only delays
 //! its relay, which checks the table itself once it does. The relays outlive reloads (a reload
 //! may not change them) and are drained with the proxy, within the same `drain_timeout`.
 
-mod gauges;
+mod stats;
 mod transport;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -16,10 +17,11 @@ use idempotency_outbox::{Health, Outbox, OutboxError, Relay};
 use idempotency_postgres::ConnectOptions;
 
 use crate::scraped::{GaugeSource, Named, ScrapedGauges};
+use crate::status::{OutboxStats, Status};
 use crate::tls::UpstreamTls;
-use gauges::OutboxGauges;
 use idempotency_outbox::OutboxConfig;
 use idempotency_postgres::DatabaseUrl;
+use stats::TableStats;
 use transport::UpstreamTransport;
 
 /// One `[[outboxes]]` table: a relay, its database and its TLS towards receivers.
@@ -44,6 +46,8 @@ const POOL_SIZE: usize = 6;
 #[derive(Debug, Default)]
 pub(crate) struct Outboxes {
     relays: Mutex<Vec<Relay>>,
+    /// Every outbox, for the admin endpoints: kept through a drain, which takes the relays.
+    tables: Mutex<Vec<Outbox>>,
 }
 
 /// The outboxes built from the config, their tables checked, not yet relaying.
@@ -90,18 +94,34 @@ impl Outboxes {
     }
 
     /// Starts a relay for each checked outbox, on the current runtime, and has `/metrics`
-    /// count each table when scraped.
-    pub(crate) fn start(&self, checked: Checked, scraped: &ScrapedGauges) {
+    /// and the status page count each table when they ask.
+    pub(crate) fn start(&self, checked: Checked, scraped: &ScrapedGauges, status: &Status) {
         let mut relays = self.relays();
         let mut gauges = Vec::with_capacity(checked.0.len());
+        let mut shown = Vec::with_capacity(checked.0.len());
         for (outbox, transport) in checked.0 {
             tracing::info!(outbox = %outbox.name(), database = %outbox.database(), table = %outbox.config().table, "outbox relay starting");
-            let source: Arc<dyn GaugeSource> = Arc::new(OutboxGauges::new(outbox.clone()));
+            let stats = Arc::new(TableStats::new(outbox.clone()));
+            let (source, page): (Arc<dyn GaugeSource>, Arc<dyn OutboxStats>) =
+                (stats.clone(), stats);
             let name = outbox.name().as_str().to_owned();
             gauges.push(Named { name, source });
+            shown.push((outbox.name().clone(), page));
+            self.tables().push(outbox.clone());
             relays.push(outbox.start_relay(transport));
         }
         scraped.replace("outbox", gauges);
+        status.set_outboxes(shown);
+    }
+
+    fn tables(&self) -> MutexGuard<'_, Vec<Outbox>> {
+        self.tables.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The outbox named `name`, if the config has one.
+    pub(crate) fn get(&self, name: &str) -> Option<Outbox> {
+        let tables = self.tables();
+        tables.iter().find(|o| o.name().as_str() == name).cloned()
     }
 
     /// One line for each relay that is not doing its work, saying why.

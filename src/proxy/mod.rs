@@ -120,11 +120,25 @@ impl Proxy {
         };
         servable(settings, &*store).map_err(|e| StartError::Inbox(e.to_string()))?;
         let proxy = Self::with_store(settings, store);
-        proxy
-            .inner
-            .outboxes
-            .start(outboxes, &proxy.inner.kept.scraped);
+        proxy.start_checked_outboxes(outboxes);
         Ok(proxy)
+    }
+
+    /// Checks each outbox's table and starts its relay (docs/reference.md#outbox-relays), for a
+    /// proxy built by [`with_store`](Self::with_store); [`open`](Self::open) does this itself.
+    pub async fn start_outboxes(&self, settings: &Settings) -> Result<(), StartError> {
+        let outboxes = outbox::check(&settings.outboxes)
+            .await
+            .map_err(StartError::OutboxTable)?;
+        self.start_checked_outboxes(outboxes);
+        Ok(())
+    }
+
+    fn start_checked_outboxes(&self, outboxes: outbox::Checked) {
+        let inner = &self.inner;
+        inner
+            .outboxes
+            .start(outboxes, &inner.kept.scraped, &inner.status);
     }
 
     /// Drains the outbox relays (docs/reference.md#outbox-relays) within `timeout`: no more

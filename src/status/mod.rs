@@ -1,5 +1,5 @@
 //! What the admin status page shows (docs/reference.md#status-page): the process, the store, the running
-//! config, and each route's recent activity.
+//! config, each route's recent activity, and each outbox's table.
 //!
 //! Requests record into their route's [`activity`](activity::RouteActivity) through the one
 //! call every request already makes (the route's `telemetry::RouteTelemetry`); the page's
@@ -23,6 +23,7 @@ use crate::store::StoreError;
 use activity::RouteActivity;
 pub use idempotency_core::model::InboxQueues;
 use idempotency_core::model::{now_millis, RouteName};
+use idempotency_outbox::{OutboxCounts, OutboxName};
 
 /// The running proxy as its status page describes it. A [`Proxy`](crate::Proxy) has one
 /// ([`Proxy::status`](crate::Proxy::status)); whatever applies a new config tells it here, so
@@ -34,6 +35,7 @@ pub struct Status {
     store_kind: &'static str,
     running: Mutex<Running>,
     inboxes: Mutex<HashMap<RouteName, Arc<dyn InboxStats>>>,
+    outboxes: Mutex<Vec<(OutboxName, Arc<dyn OutboxStats>)>>,
 }
 
 #[derive(Debug, Clone)]
@@ -56,6 +58,13 @@ pub(crate) struct Reload {
 pub trait InboxStats: Send + Sync + std::fmt::Debug + 'static {
     /// The queues now; an error shows as "unavailable" on the page.
     async fn queues(&self) -> Result<InboxQueues, StoreError>;
+}
+
+/// Reads an outbox's table for the status page ([`Status::set_outboxes`]).
+#[async_trait]
+pub(crate) trait OutboxStats: Send + Sync + std::fmt::Debug + 'static {
+    /// The counts now; an error shows as "unavailable" on the page.
+    async fn counts(&self) -> Result<OutboxCounts, StoreError>;
 }
 
 /// What the page says of a config: the proxy, which reads configs, describes each one it runs
@@ -82,6 +91,7 @@ impl Status {
                 last_reload: None,
             }),
             inboxes: Mutex::default(),
+            outboxes: Mutex::default(),
         }
     }
 
@@ -119,6 +129,12 @@ impl Status {
             .clear();
     }
 
+    /// The outboxes the page shows, in the config's order, each read from its `stats`. They
+    /// are the process's, not a config's: a reload may not change them.
+    pub(crate) fn set_outboxes(&self, outboxes: Vec<(OutboxName, Arc<dyn OutboxStats>)>) {
+        *self.outboxes.lock().unwrap_or_else(PoisonError::into_inner) = outboxes;
+    }
+
     /// The digest of the config that is running.
     pub fn running_digest(&self) -> String {
         self.running().digest.clone()
@@ -131,6 +147,11 @@ impl Status {
     fn inbox(&self, route: &RouteName) -> Option<Arc<dyn InboxStats>> {
         let inboxes = self.inboxes.lock().unwrap_or_else(PoisonError::into_inner);
         inboxes.get(route).cloned()
+    }
+
+    fn outboxes(&self) -> Vec<(OutboxName, Arc<dyn OutboxStats>)> {
+        let outboxes = self.outboxes.lock().unwrap_or_else(PoisonError::into_inner);
+        outboxes.clone()
     }
 }
 

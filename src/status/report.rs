@@ -1,10 +1,13 @@
-//! The `/status` answer: everything the page draws, read from the [`Status`] and the store.
+//! The `/status` answer: everything the page draws, read from the [`Status`], the store and
+//! the outboxes' tables.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
+use tokio::task::JoinSet;
 use tokio::time::{timeout, Instant};
 
 use super::activity::RouteActivity;
@@ -14,8 +17,10 @@ use super::{InboxQueues, Reload, Status};
 use crate::store::Store;
 use idempotency_core::model::{now_millis, RouteName};
 use idempotency_core::outcome::{RequestOutcome, OUTCOMES};
+use idempotency_outbox::OutboxCounts;
 
-/// How long the page waits for the store's ping or an inbox's queues before calling it down.
+/// How long the page waits for the store's ping, an inbox's queues or an outbox's counts
+/// before calling it down.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The JSON the page polls.
@@ -29,6 +34,8 @@ pub(crate) struct Report {
     config: ConfigReport,
     outcomes: [&'static str; OUTCOMES.len()],
     routes: Vec<RouteReport>,
+    /// Each outbox relay's table, in the config's order.
+    outboxes: Vec<OutboxReport>,
     decisions: Vec<DecisionReport>,
 }
 
@@ -74,14 +81,33 @@ struct RouteReport {
     in_flight: i64,
     /// Present only on inbox routes.
     #[serde(skip_serializing_if = "Option::is_none")]
-    inbox: Option<InboxReport>,
+    inbox: Option<Counted<InboxQueues>>,
 }
 
+/// An outbox's name and its table's counts, as `GET /outbox/{name}` gives them.
+#[derive(Debug, Serialize)]
+struct OutboxReport {
+    name: String,
+    #[serde(flatten)]
+    table: Counted<OutboxCounts>,
+}
+
+/// A queue's counts (`"state": "ok"` beside them), or `"state": "unavailable"` when they could
+/// not be read within [`PROBE_TIMEOUT`]; why is in the log, as it may name an address.
 #[derive(Debug, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
-enum InboxReport {
-    Ok(InboxQueues),
+enum Counted<T> {
+    Ok(T),
     Unavailable,
+}
+
+impl<T> Counted<T> {
+    async fn probe<E>(read: impl Future<Output = Result<T, E>>) -> Self {
+        match timeout(PROBE_TIMEOUT, read).await {
+            Ok(Ok(counts)) => Counted::Ok(counts),
+            _ => Counted::Unavailable,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -118,8 +144,25 @@ impl Status {
             },
             outcomes: OUTCOMES.map(RequestOutcome::as_str),
             routes,
+            outboxes: self.outbox_reports().await,
             decisions: last_decisions(&running.routes),
         }
+    }
+
+    /// Each outbox's counts, read at once (so a database that does not answer costs one
+    /// [`PROBE_TIMEOUT`], however many outboxes it holds), in the config's order.
+    async fn outbox_reports(&self) -> Vec<OutboxReport> {
+        let mut reads = JoinSet::new();
+        for (n, (name, stats)) in self.outboxes().into_iter().enumerate() {
+            reads.spawn(async move {
+                let table = Counted::probe(stats.counts()).await;
+                let name = name.as_str().to_owned();
+                (n, OutboxReport { name, table })
+            });
+        }
+        let mut reports = reads.join_all().await;
+        reports.sort_unstable_by_key(|(n, _)| *n);
+        reports.into_iter().map(|(_, report)| report).collect()
     }
 
     async fn store_report(
@@ -177,10 +220,7 @@ impl Status {
         let replay_ratio =
             (forwarded + replayed > 0).then(|| replayed as f64 / (forwarded + replayed) as f64);
         let inbox = match self.inbox(name) {
-            Some(stats) => Some(match timeout(PROBE_TIMEOUT, stats.queues()).await {
-                Ok(Ok(queues)) => InboxReport::Ok(queues),
-                _ => InboxReport::Unavailable,
-            }),
+            Some(stats) => Some(Counted::probe(stats.queues()).await),
             None => None,
         };
         RouteReport {

@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{InboxQueues, InboxStats, Status};
+use super::{InboxQueues, InboxStats, OutboxStats, Status};
 use crate::config::{load_str, Overrides, Settings};
 use crate::proxy::summary;
 use crate::store::{MemoryStore, StoreError};
 use idempotency_core::model::RouteName;
 use idempotency_core::outcome::RequestOutcome;
+use idempotency_outbox::{OutboxCounts, OutboxName};
 
 fn settings(toml: &str) -> Settings {
     load_str("status.toml", toml, &Overrides::default()).unwrap()
@@ -132,6 +133,46 @@ async fn an_inbox_section_only_where_one_is_registered() {
     status.set_inbox(&hooks, Arc::new(FixedInbox(None)));
     let json = report_json(&status).await;
     assert_eq!(json["routes"][1]["inbox"]["state"], "unavailable");
+}
+
+#[derive(Debug)]
+struct FixedOutbox(Option<OutboxCounts>);
+
+#[async_trait]
+impl OutboxStats for FixedOutbox {
+    async fn counts(&self) -> Result<OutboxCounts, StoreError> {
+        self.0.ok_or_else(|| StoreError::Unavailable("down".into()))
+    }
+}
+
+#[tokio::test]
+async fn each_outbox_in_the_configs_order_with_its_counts_or_unavailable() {
+    let status = Status::new(summary(&settings(TWO_ROUTES)));
+    assert_eq!(
+        report_json(&status).await["outboxes"],
+        serde_json::json!([])
+    );
+    let counts = OutboxCounts {
+        pending: 3,
+        in_flight: 1,
+        dead: 2,
+        delivered_last_hour: 40,
+        oldest_pending: Duration::from_millis(3_042),
+        blocked_aggregates: 1,
+    };
+    let name = |n: &str| OutboxName::new(n).unwrap();
+    let up: Arc<dyn OutboxStats> = Arc::new(FixedOutbox(Some(counts)));
+    let down: Arc<dyn OutboxStats> = Arc::new(FixedOutbox(None));
+    status.set_outboxes(vec![(name("payments"), up), (name("refunds"), down)]);
+    let json = report_json(&status).await;
+    assert_eq!(
+        json["outboxes"],
+        serde_json::json!([
+            {"name": "payments", "state": "ok", "pending": 3, "in_flight": 1, "dead": 2,
+             "delivered_last_hour": 40, "oldest_pending_seconds": 3.042, "blocked_aggregates": 1},
+            {"name": "refunds", "state": "unavailable"},
+        ])
+    );
 }
 
 #[tokio::test]

@@ -42,6 +42,17 @@ impl TestProxy {
         Self::serve(settings, proxy, store).await
     }
 
+    /// Like [`start`](Self::start), with the outbox relays of the config started too.
+    pub async fn with_outboxes(toml: &str, store: Arc<dyn Store>) -> Self {
+        let settings = settings(toml);
+        let proxy = Proxy::with_store(&settings, store.clone());
+        proxy
+            .start_outboxes(&settings)
+            .await
+            .unwrap_or_else(|e| panic!("the outboxes did not start: {e}"));
+        Self::serve(settings, proxy, store).await
+    }
+
     /// A proxy whose config is the file at `path`, as `--config` gives it, so that it reloads
     /// from there; with the proxy itself, to reload it directly.
     pub async fn from_file(path: &std::path::Path, store: Arc<dyn Store>) -> (Self, Proxy) {

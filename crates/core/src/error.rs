@@ -86,9 +86,17 @@ pub enum ProxyError {
     /// would let a retry run the operation again while the first run goes on.
     #[error("the request holding this key is still running, and removing its record would let a retry run it a second time; add ?force=true to remove it anyway")]
     RecordInFlight,
-    /// On the admin listener: no dead delivery of that id on the inbox route an operator named.
-    #[error("no dead delivery of this id is kept on this inbox route")]
+    /// On the admin listener: no dead delivery of that id on the inbox route or outbox an
+    /// operator named.
+    #[error("no dead delivery of this id is kept here")]
     NoDelivery,
+    /// On the admin listener: no outbox of that name in the running config.
+    #[error("no outbox of this name is configured")]
+    NoOutbox,
+    /// On the admin listener: an outbox's database could not be reached, or refused the
+    /// statement.
+    #[error("the outbox's database cannot be read or written right now; retry later")]
+    OutboxUnavailable,
     /// On the admin listener: a reload refused, with the one line saying why (file, line,
     /// key); the running config stays.
     #[error("{0}")]
@@ -165,6 +173,12 @@ impl ProxyError {
             Self::NoRecord => meta(S::NOT_FOUND, "no-record", "No record"),
             Self::RecordInFlight => meta(S::CONFLICT, "request-in-flight", "Request in flight"),
             Self::NoDelivery => meta(S::NOT_FOUND, "no-delivery", "No such delivery"),
+            Self::NoOutbox => meta(S::NOT_FOUND, "no-outbox", "No such outbox"),
+            Self::OutboxUnavailable => meta(
+                S::SERVICE_UNAVAILABLE,
+                "outbox-unavailable",
+                "Outbox database unavailable",
+            ),
             Self::BadConfig(_) => meta(S::BAD_REQUEST, "bad-config", "Configuration refused"),
             Self::Unauthorized => meta(S::UNAUTHORIZED, "unauthorized", "Admin token required"),
         }
@@ -194,6 +208,8 @@ impl ProxyError {
             Self::NoRecord,
             Self::RecordInFlight,
             Self::NoDelivery,
+            Self::NoOutbox,
+            Self::OutboxUnavailable,
             Self::BadConfig("x".into()),
             Self::Unauthorized,
         ];
@@ -216,6 +232,8 @@ impl ProxyError {
                 | Self::NoRecord
                 | Self::RecordInFlight
                 | Self::NoDelivery
+                | Self::NoOutbox
+                | Self::OutboxUnavailable
                 | Self::BadConfig(_)
                 | Self::Unauthorized => {}
             }

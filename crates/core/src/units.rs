@@ -1,4 +1,5 @@
-//! Humane units for the config file: sizes (`64KiB`, `1MiB`) and durations (`500ms`, `24h`).
+//! Humane units for the config file: sizes (`64KiB`, `1MiB`) and durations (`500ms`, `24h`);
+//! and ages as the admin endpoints write them (`3.042`, in seconds).
 
 use std::fmt;
 use std::str::FromStr;
@@ -130,6 +131,18 @@ pub mod humane_duration {
     /// Writes a humane duration.
     pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(&humantime::format_duration(*duration))
+    }
+}
+
+/// A duration written as fractional seconds, to the millisecond (`3.042`): how the admin
+/// endpoints and the status page give an age, in the base unit of metrics and precise enough
+/// for an alert on half a second.
+pub mod fractional_seconds {
+    use super::*;
+
+    /// Writes the duration's whole milliseconds as seconds.
+    pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_f64(duration.as_millis() as f64 / 1000.0)
     }
 }
 

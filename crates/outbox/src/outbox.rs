@@ -29,8 +29,9 @@ struct Inner {
     sql: AdminSql,
 }
 
-/// The table's counts, as `GET /outbox/{name}` and the gauges show them.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The table's counts, as `GET /outbox/{name}`, the status page and the gauges show them;
+/// serialized as that endpoint answers (`oldest_pending_seconds`, fractional).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct OutboxCounts {
     /// Rows waiting for an attempt: neither delivered, dead nor held by a live lease.
     pub pending: u64,
@@ -41,6 +42,10 @@ pub struct OutboxCounts {
     /// Rows delivered in the last hour (and not yet deleted by `keep_delivered`).
     pub delivered_last_hour: u64,
     /// The age of the oldest row neither delivered nor dead (zero when there is none).
+    #[serde(
+        rename = "oldest_pending_seconds",
+        serialize_with = "idempotency_core::units::fractional_seconds::serialize"
+    )]
     pub oldest_pending: Duration,
     /// Aggregates whose later rows wait behind a dead row (only under `on_dead = "block"` do
     /// they wait).
@@ -155,13 +160,30 @@ impl Outbox {
         })
     }
 
-    /// At most `limit` dead rows in `seq` order, after the row `after` when given.
-    pub async fn dead(&self, limit: u32, after: Option<&str>) -> Result<Vec<DeadRow>, OutboxError> {
+    /// At most `limit` dead rows in `seq` order, after the row `after` when given; `None` when
+    /// `after` names no row of the table (deleted since, or never there), whose place in the
+    /// order is then unknown.
+    pub async fn dead(
+        &self,
+        limit: u32,
+        after: Option<&str>,
+    ) -> Result<Option<Vec<DeadRow>>, OutboxError> {
         let client = self.client().await?;
         let rows = client
             .query(&self.inner.sql.dead, &[&i64::from(limit), &after])
             .await?;
-        rows.iter()
+        // An empty page after a row that is not there says nothing: tell the two apart.
+        if let (Some(after), true) = (after, rows.is_empty()) {
+            let there: bool = client
+                .query_one(&self.inner.sql.exists, &[&after])
+                .await?
+                .get(0);
+            if !there {
+                return Ok(None);
+            }
+        }
+        let rows: Result<Vec<DeadRow>, OutboxError> = rows
+            .iter()
             .map(|row| {
                 Ok(DeadRow {
                     id: row.try_get(0)?,
@@ -175,7 +197,8 @@ impl Outbox {
                     created_at: row.try_get(6)?,
                 })
             })
-            .collect()
+            .collect();
+        rows.map(Some)
     }
 
     /// Makes the dead row `id` pending again with a fresh attempt budget (`max_age` still

@@ -126,6 +126,8 @@ pub(crate) struct AdminSql {
     pub(crate) counts: String,
     /// `$1` how many, `$2` after which id (or null): dead rows in `seq` order.
     pub(crate) dead: String,
+    /// `$1` id: whether the table holds a row of that id.
+    pub(crate) exists: String,
     /// `$1` id: a dead row pending again, with a fresh attempt budget.
     pub(crate) retry: String,
     /// `$1` id: a dead row deleted.
@@ -159,6 +161,7 @@ impl AdminSql {
                AND ($2::text IS NULL OR seq > (SELECT seq FROM {t} WHERE id = $2::text))
              ORDER BY seq LIMIT $1"
         );
+        let exists = format!("SELECT EXISTS (SELECT 1 FROM {t} WHERE id = $1)");
         let retry = format!(
             "UPDATE {t} SET dead_at = NULL, attempts = 0, next_attempt_at = now(),
                  lease_owner = NULL, lease_until = NULL
@@ -174,6 +177,7 @@ impl AdminSql {
         Self {
             counts,
             dead,
+            exists,
             retry,
             delete,
             insert: [

@@ -134,14 +134,22 @@ async fn a_row_is_dead_after_its_attempts_or_on_410_and_kept() {
     assert_eq!(receiver.arrivals("evt-gone").len(), 1);
 
     let outbox = relay.outbox().clone();
-    let dead = outbox.dead(10, None).await.unwrap();
+    let dead = outbox.dead(10, None).await.unwrap().unwrap();
     let ids: Vec<&str> = dead.iter().map(|d| d.id.as_str()).collect();
     assert_eq!(ids, ["evt-down", "evt-gone"], "in insertion order");
     assert_eq!(dead[1].last_status, Some(410));
     assert_eq!(
-        outbox.dead(10, Some("evt-down")).await.unwrap()[0].id,
+        outbox.dead(10, Some("evt-down")).await.unwrap().unwrap()[0].id,
         "evt-gone"
     );
+    let after_the_last = outbox.dead(10, Some("evt-gone")).await.unwrap();
+    assert_eq!(
+        after_the_last,
+        Some(vec![]),
+        "an empty page after a row that is there"
+    );
+    let after_none = outbox.dead(10, Some("evt-none")).await.unwrap();
+    assert_eq!(after_none, None, "after a row that is not there, no page");
     assert_eq!(outbox.counts().await.unwrap().dead, 2);
 
     // A retry gives a fresh budget: the receiver answers now.

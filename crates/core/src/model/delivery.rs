@@ -146,14 +146,11 @@ pub struct InboxQueues {
     pub dead: u64,
     /// How long the oldest delivery not yet delivered (pending or in flight) has waited, to
     /// the millisecond; shown as `oldest_pending_seconds`, fractional seconds.
-    #[serde(rename = "oldest_pending_seconds", serialize_with = "seconds")]
+    #[serde(
+        rename = "oldest_pending_seconds",
+        serialize_with = "crate::units::fractional_seconds::serialize"
+    )]
     pub oldest_pending: Duration,
-}
-
-/// A duration as fractional seconds, to the millisecond (the base unit of metrics, precise
-/// enough for an alert on half a second).
-fn seconds<S: serde::Serializer>(duration: &Duration, to: S) -> Result<S::Ok, S::Error> {
-    to.serialize_f64(duration.as_millis() as f64 / 1000.0)
 }
 
 #[cfg(test)]

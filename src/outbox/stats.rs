@@ -1,23 +1,27 @@
-//! An outbox's gauges (`idempotency_outbox_pending`, `..._oldest_pending_seconds`,
-//! `..._blocked_aggregates`), counted in its table when `/metrics` is scraped
-//! (`crate::scraped`), so a scrape says what the table holds at that moment.
+//! An outbox's table, counted when asked: by the status page, and by a scrape of `/metrics`,
+//! which sets the outbox's gauges (`idempotency_outbox_pending`, `..._oldest_pending_seconds`,
+//! `..._blocked_aggregates`) from the count (`crate::scraped`), so both say what
+//! `GET /outbox/{name}` says at that moment.
 
 use async_trait::async_trait;
 
 use crate::scraped::GaugeSource;
+use crate::status::OutboxStats;
 use crate::store::StoreError;
-use idempotency_outbox::{Outbox, BLOCKED_AGGREGATES, OLDEST_PENDING_SECONDS, PENDING};
+use idempotency_outbox::{
+    Outbox, OutboxCounts, BLOCKED_AGGREGATES, OLDEST_PENDING_SECONDS, PENDING,
+};
 
 /// One outbox's count, and the gauges it sets.
 #[derive(Debug)]
-pub(crate) struct OutboxGauges {
+pub(crate) struct TableStats {
     outbox: Outbox,
     pending: metrics::Gauge,
     oldest: metrics::Gauge,
     blocked: metrics::Gauge,
 }
 
-impl OutboxGauges {
+impl TableStats {
     pub(crate) fn new(outbox: Outbox) -> Self {
         let name = || outbox.name().as_str().to_owned();
         Self {
@@ -30,13 +34,17 @@ impl OutboxGauges {
 }
 
 #[async_trait]
-impl GaugeSource for OutboxGauges {
+impl OutboxStats for TableStats {
+    async fn counts(&self) -> Result<OutboxCounts, StoreError> {
+        let counts = self.outbox.counts().await;
+        counts.map_err(|e| StoreError::Unavailable(e.to_string()))
+    }
+}
+
+#[async_trait]
+impl GaugeSource for TableStats {
     async fn read(&self) -> Result<(), StoreError> {
-        let counts = self
-            .outbox
-            .counts()
-            .await
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let counts = OutboxStats::counts(self).await?;
         self.pending.set(counts.pending as f64);
         self.oldest.set(counts.oldest_pending.as_secs_f64());
         self.blocked.set(counts.blocked_aggregates as f64);
