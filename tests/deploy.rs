@@ -1,7 +1,8 @@
 //! What ships under `deploy/` agrees with the proxy: every metric the Grafana dashboard and the
 //! Prometheus alerts name is one the proxy exports (with labels it has), the rules pass
-//! `promtool` where it is installed, and the Kubernetes example's config loads as `--check`
-//! loads it, with ports, probes and paths that match it.
+//! `promtool` where it is installed (and the outbox alerts fire when they should), and the
+//! Kubernetes example's config loads as `--check` loads it, with ports, probes and paths that
+//! match it.
 
 mod common;
 
@@ -158,6 +159,8 @@ fn the_alerts_read_only_exported_metrics_and_cover_what_pages_an_operator() {
         "idempotency_requests_total",
         "idempotency_inbox_oldest_pending_seconds",
         "idempotency_inbox_attempts_total",
+        "idempotency_outbox_oldest_pending_seconds",
+        "idempotency_outbox_attempts_total",
         "idempotency_config_reloads_total",
     ] {
         assert!(used.contains(needed), "{path}: no alert reads {needed}");
@@ -213,7 +216,8 @@ fn promtool_accepts_the_alert_rules_and_the_dashboard_queries() {
             let expr = expr
                 .replace("$__rate_interval", "5m")
                 .replace("$__range", "1h")
-                .replace("$route", ".*");
+                .replace("$route", ".*")
+                .replace("$outbox", ".*");
             serde_json::json!({ "record": format!("dashboard:query_{i}"), "expr": expr })
         })
         .collect();
@@ -222,6 +226,72 @@ fn promtool_accepts_the_alert_rules_and_the_dashboard_queries() {
     std::fs::write(&file, serde_yaml::to_string(&groups).unwrap()).unwrap();
     promtool_check_rules(&promtool, &file);
     std::fs::remove_file(&file).unwrap();
+}
+
+/// The outbox alerts, evaluated by `promtool test rules` over made-up series: quiet while the
+/// oldest row is young and no row has died, firing on a backlog older than 15 minutes (for 5)
+/// and on a new dead row, and quiet again once no row has died for 15 minutes. Annotations are
+/// left out of the copy under test: promtool compares them whole, and `check rules` has
+/// parsed their templates already.
+const OUTBOX_ALERT_TESTS: &str = r#"
+rule_files: [rules.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'idempotency_outbox_oldest_pending_seconds{job="proxy",instance="a",outbox="payments"}'
+        values: '0+60x40'
+      - series: 'idempotency_outbox_attempts_total{job="proxy",instance="a",outbox="payments",result="dead"}'
+        values: '0x4 1x30'
+    alert_rule_test:
+      - eval_time: 15m
+        alertname: IdempotencyOutboxBacklogOld
+        exp_alerts: []
+      - eval_time: 25m
+        alertname: IdempotencyOutboxBacklogOld
+        exp_alerts:
+          - exp_labels: {severity: warning, job: proxy, outbox: payments}
+      - eval_time: 3m
+        alertname: IdempotencyOutboxDeadRows
+        exp_alerts: []
+      - eval_time: 8m
+        alertname: IdempotencyOutboxDeadRows
+        exp_alerts:
+          - exp_labels: {severity: critical, job: proxy, outbox: payments}
+      - eval_time: 25m
+        alertname: IdempotencyOutboxDeadRows
+        exp_alerts: []
+"#;
+
+#[test]
+fn promtool_fires_the_outbox_alerts_on_an_old_backlog_and_on_dead_rows() {
+    let Some(promtool) = promtool() else { return };
+    let mut rules: Yaml = yaml_documents("deploy/prometheus/alerts.yml").remove(0);
+    for group in rules["groups"].as_sequence_mut().unwrap() {
+        for rule in group["rules"].as_sequence_mut().unwrap() {
+            rule.as_mapping_mut().unwrap().remove("annotations");
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("outbox-alert-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("rules.yml"),
+        serde_yaml::to_string(&rules).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(dir.join("tests.yml"), OUTBOX_ALERT_TESTS).unwrap();
+    let out = std::process::Command::new(promtool)
+        .args(["test", "rules", "tests.yml"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(
+        out.status.success(),
+        "promtool test rules: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[tokio::test]
