@@ -57,6 +57,34 @@ fn ids(answer: &Answer) -> Vec<String> {
         .collect()
 }
 
+/// The four endpoints of the outbox `name`, on the dead row `id`.
+fn endpoints(name: &str, id: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("GET", format!("/outbox/{name}")),
+        ("GET", format!("/outbox/{name}/dead")),
+        ("POST", format!("/outbox/{name}/dead/{id}/retry")),
+        ("DELETE", format!("/outbox/{name}/dead/{id}")),
+    ]
+}
+
+/// Asks each `(method, path)` with `headers`; each must be refused with `status` and the
+/// problem `kind`. The answers, for more checks.
+async fn refused(
+    relay: &RelayProcess,
+    requests: Vec<(&str, String)>,
+    headers: &[(&str, &str)],
+    (status, kind): (u16, &str),
+) -> Vec<Answer> {
+    let mut answers = Vec::new();
+    for (method, path) in requests {
+        let answer = relay.admin.send(method, &path, headers, "").await;
+        assert_eq!(answer.status, status, "{method} {path}: {answer:?}");
+        assert_eq!(answer.problem_type(), kind, "{method} {path}");
+        answers.push(answer);
+    }
+    answers
+}
+
 fn token_file() -> TempPath {
     let token = TempPath::new("outbox-admin-token");
     std::fs::write(token.path(), format!("{TOKEN}\n")).unwrap();
@@ -89,16 +117,8 @@ async fn an_operator_sees_the_table_pages_its_dead_rows_and_retries_or_deletes_t
         .await;
 
     // Every path is behind the token.
-    for (method, path) in [
-        ("GET", "/outbox/payments"),
-        ("GET", "/outbox/payments/dead"),
-        ("POST", "/outbox/payments/dead/a1/retry"),
-        ("DELETE", "/outbox/payments/dead/a1"),
-    ] {
-        let refused = relay.admin.send(method, path, &[], "").await;
-        assert_eq!(refused.status, 401, "{method} {path}");
-        assert_eq!(refused.problem_type(), "unauthorized");
-    }
+    let unauthorized = (401, "unauthorized");
+    refused(&relay, endpoints("payments", "a1"), &[], unauthorized).await;
 
     let counts = get(&relay, "/outbox/payments").await;
     assert_eq!(counts.status, 200, "{counts:?}");
@@ -152,25 +172,17 @@ async fn an_operator_sees_the_table_pages_its_dead_rows_and_retries_or_deletes_t
         assert_eq!(refused.status, 400, "{bad}");
         assert_eq!(refused.problem_type(), "bad-request", "{bad}");
     }
-    for (method, path) in [
-        ("GET", "/outbox/refunds"),
-        ("GET", "/outbox/refunds/dead"),
-        ("POST", "/outbox/refunds/dead/a1/retry"),
-        ("DELETE", "/outbox/refunds/dead/a1"),
-    ] {
-        let refused = relay.admin.send(method, path, &BEARER, "").await;
-        assert_eq!(refused.status, 404, "{method} {path}");
-        assert_eq!(refused.problem_type(), "no-outbox", "{method} {path}");
-    }
-    for (method, path) in [
-        ("POST", "/outbox/payments/dead/never-there/retry"),
-        ("DELETE", "/outbox/payments/dead/never-there"),
-        ("POST", "/outbox/payments/dead/fine/retry"),
-        ("DELETE", "/outbox/payments/dead/fine"),
-    ] {
-        let refused = relay.admin.send(method, path, &BEARER, "").await;
-        assert_eq!(refused.status, 404, "{method} {path}");
-        assert_eq!(refused.problem_type(), "no-delivery", "{method} {path}");
+    refused(
+        &relay,
+        endpoints("refunds", "a1"),
+        &BEARER,
+        (404, "no-outbox"),
+    )
+    .await;
+    // An id never there, and one of a row that is not dead.
+    for id in ["never-there", "fine"] {
+        let row_paths = endpoints("payments", id).split_off(2);
+        refused(&relay, row_paths, &BEARER, (404, "no-delivery")).await;
     }
     assert!(
         db.row("fine").await.unwrap().delivered,
@@ -222,15 +234,8 @@ async fn while_the_database_is_down_the_endpoints_answer_503_and_then_recover() 
     assert_eq!(ids(&get(&relay, "/outbox/payments/dead").await), ["gone"]);
 
     server.stop(Shutdown::Immediate);
-    for (method, path) in [
-        ("GET", "/outbox/payments"),
-        ("GET", "/outbox/payments/dead"),
-        ("POST", "/outbox/payments/dead/gone/retry"),
-        ("DELETE", "/outbox/payments/dead/gone"),
-    ] {
-        let refused = relay.admin.send(method, path, &BEARER, "").await;
-        assert_eq!(refused.status, 503, "{method} {path}");
-        assert_eq!(refused.problem_type(), "outbox-unavailable");
+    let down = (503, "outbox-unavailable");
+    for refused in refused(&relay, endpoints("payments", "gone"), &BEARER, down).await {
         let text = String::from_utf8_lossy(&refused.body).into_owned();
         assert!(
             !text.contains("127.0.0.1") && !text.contains("postgres"),

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use common::binary::BIN;
 use common::client::TestClient;
+use common::console::{self, assert_printed_as_shown, require_curl, sh};
 use common::inbox_upstream::free_addr;
 use common::markdown::{read, Block, Page};
 use common::poll;
@@ -75,15 +76,10 @@ async fn shell(command: &str, dir: &Path, env: &[(&str, &str)]) -> String {
         Some(bin) => format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
         None => std::env::var("PATH").unwrap(),
     };
-    let output = Command::new("sh")
-        .args(["-c", command])
+    let output = sh(command)
         .current_dir(dir)
         .env("PATH", path)
         .envs(env.iter().copied())
-        .env_remove("http_proxy")
-        .env_remove("HTTP_PROXY")
-        .env_remove("all_proxy")
-        .env_remove("ALL_PROXY")
         .stdin(Stdio::null())
         .output()
         .await
@@ -111,19 +107,9 @@ async fn until_listening(addr: SocketAddr, what: &str, log: &TempPath) {
     assert!(waited.is_ok(), "{what}: {log}");
 }
 
-/// Two lines that say the same: equal, or both a `date:` header, whose value is the time.
-fn same_line(printed: &str, shown: &str) -> bool {
-    let date = |line: &str| line.to_ascii_lowercase().starts_with("date:");
-    printed == shown || (date(printed) && date(shown))
-}
-
 #[tokio::test]
 async fn the_outbox_guide_runs_as_written() {
-    let curl = std::process::Command::new("curl").arg("--version").output();
-    assert!(
-        curl.is_ok_and(|out| out.status.success()),
-        "curl is needed to run the guide (.ci/run installs it)"
-    );
+    require_curl(GUIDE);
     let Some(server) = shared_postgres() else {
         return;
     };
@@ -262,23 +248,7 @@ async fn the_outbox_guide_runs_as_written() {
         let command = command
             .replace("localhost:9090", &admin_addr.to_string())
             .replace("localhost:8080", &proxy_addr.to_string());
-        let printed = shell(&command, dir, &[]).await;
-        got.extend(
-            printed
-                .lines()
-                .map(|l| l.trim().to_owned())
-                .filter(|l| !l.is_empty()),
-        );
+        got.extend(console::lines(&shell(&command, dir, &[]).await));
     }
-    assert_eq!(
-        got.len(),
-        shown.len(),
-        "printed {got:#?}, {GUIDE} shows {shown:#?}"
-    );
-    for (printed, shown) in got.iter().zip(&shown) {
-        assert!(
-            same_line(printed, shown),
-            "printed {printed:?}, {GUIDE} shows {shown:?}"
-        );
-    }
+    assert_printed_as_shown(&got, &shown, GUIDE);
 }

@@ -15,11 +15,12 @@ use std::time::Duration;
 
 use common::binary::start_binary;
 use common::client::TestClient;
+use common::console::{assert_printed_as_shown, lines, require_curl, sh};
 use common::inbox_upstream::free_addr;
 use common::markdown::{read, Block, Page};
 use idempotency_test_support::poll;
 use tokio::net::TcpListener;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 const TOUR: &str = "A one-minute tour";
 /// Where the README's commands reach the proxy.
@@ -69,14 +70,9 @@ fn proxy_flags(start: &Block) -> Vec<String> {
     flags
 }
 
-/// `sh -c command`, printing into a pipe, with no HTTP proxy of the environment in the way.
+/// `sh -c command`, printing into a pipe.
 fn shell(command: &str) -> Child {
-    Command::new("sh")
-        .args(["-c", command])
-        .env_remove("http_proxy")
-        .env_remove("HTTP_PROXY")
-        .env_remove("all_proxy")
-        .env_remove("ALL_PROXY")
+    sh(command)
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -87,14 +83,6 @@ async fn printed(child: Child) -> Vec<String> {
     let output = child.wait_with_output().await.unwrap();
     assert!(output.status.success(), "{output:?}");
     lines(&String::from_utf8(output.stdout).unwrap())
-}
-
-/// The lines worth comparing: trimmed (curl ends header lines with `\r`), none empty.
-fn lines(text: &str) -> Vec<String> {
-    text.lines()
-        .map(|line| line.trim().to_owned())
-        .filter(|line| !line.is_empty())
-        .collect()
 }
 
 /// Waits until the proxy holds `key` in flight, as the admin endpoint shows it: the command run
@@ -122,19 +110,9 @@ fn key_of(command: &str) -> &str {
     rest.split('\'').next().unwrap()
 }
 
-/// Two lines that say the same: equal, or both a `date:` header, whose value is the time.
-fn same_line(printed: &str, shown: &str) -> bool {
-    let date = |line: &str| line.to_ascii_lowercase().starts_with("date:");
-    printed == shown || (date(printed) && date(shown))
-}
-
 #[tokio::test]
 async fn the_readme_tour_prints_what_the_readme_shows() {
-    let curl = std::process::Command::new("curl").arg("--version").output();
-    assert!(
-        curl.is_ok_and(|out| out.status.success()),
-        "curl is needed to run the README's tour (.ci/run installs it)"
-    );
+    require_curl("the README's tour");
     let (start, console) = tour();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = format!("http://{}", listener.local_addr().unwrap());
@@ -182,15 +160,5 @@ async fn the_readme_tour_prints_what_the_readme_shows() {
         statuses(&shown),
         "statuses: printed {got:#?}"
     );
-    assert_eq!(
-        got.len(),
-        shown.len(),
-        "printed {got:#?}, the README shows {shown:#?}"
-    );
-    for (printed, shown) in got.iter().zip(&shown) {
-        assert!(
-            same_line(printed, shown),
-            "printed {printed:?}, the README shows {shown:?}"
-        );
-    }
+    assert_printed_as_shown(&got, &shown, "the README");
 }

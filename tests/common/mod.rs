@@ -5,6 +5,7 @@
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
 pub mod binary;
+pub mod console;
 pub mod grpc;
 pub mod inbox_upstream;
 pub mod logs;
