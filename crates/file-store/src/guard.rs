@@ -19,9 +19,25 @@ const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 #[derive(Debug, Clone, Default)]
 pub struct FileStoreOptions {
     boot_id: Option<String>,
+    segment_bytes: Option<u64>,
 }
 
+/// The size at which the log moves on to a new segment: large enough that a segment's
+/// creation (two syncs) is rare, small enough that retiring one is a short read.
+pub const SEGMENT_BYTES: u64 = 64 << 20;
+
 impl FileStoreOptions {
+    /// Moves the log on to a new segment once one holds `bytes` (default [`SEGMENT_BYTES`]):
+    /// smaller segments are retired sooner after their records expire, at one more file each.
+    pub fn segment_bytes(mut self, bytes: u64) -> Self {
+        self.segment_bytes = Some(bytes);
+        self
+    }
+
+    pub(super) fn segment_limit(&self) -> u64 {
+        self.segment_bytes.unwrap_or(SEGMENT_BYTES)
+    }
+
     /// Takes `boot_id` for the machine's boot instead of reading it from the system: a test
     /// stands for a restart of the machine by giving another.
     pub fn boot_id(mut self, boot_id: impl Into<String>) -> Self {
