@@ -52,6 +52,12 @@ pub(crate) fn segments(path: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// The number of a segment file.
+pub(crate) fn segment_number(segment: &Path) -> u32 {
+    let stem = segment.file_stem().unwrap().to_string_lossy();
+    stem.parse().unwrap()
+}
+
 pub(crate) fn now_millis() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -104,15 +110,17 @@ pub(crate) fn body(name: &str) -> Bytes {
 }
 
 async fn complete_until_killed(store: Arc<FileStore>, task: usize, churn: bool) {
+    // Named after the process too: a store may have been written by children before this one.
+    let life = std::process::id();
     for i in 0.. {
-        let name = format!("log-{task}-{i}");
+        let name = format!("log-{life}-{task}-{i}");
         let token = acquire(&*store, &key(&name), LONG).await;
         ack(&format!("acquired {name} {}", token.as_u64()));
         let done = outcome(token, body(&name));
         store.complete(&key(&name), &done, LONG).await.unwrap();
         ack(&format!("completed {name} {}", token.as_u64()));
         for short in (0..3).filter(|_| churn) {
-            let name = format!("short-{task}-{i}-{short}");
+            let name = format!("short-{life}-{task}-{i}-{short}");
             let token = acquire(&*store, &key(&name), LONG).await;
             let done = outcome(token, body(&name));
             let ttl = Duration::from_millis(50);
