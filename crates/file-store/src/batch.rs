@@ -141,7 +141,11 @@ impl Batch<'_> {
             )) => Ok(value.to_vec()),
             _ => Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                format!("segment {} holds no put at byte {}", loc.segment(), loc.offset()),
+                format!(
+                    "segment {} holds no put at byte {}",
+                    loc.segment(),
+                    loc.offset()
+                ),
             )),
         }
     }

@@ -6,12 +6,31 @@ use super::journal::{DEAD_DELETE, DEAD_PUT, LIVE_DELETE, LIVE_PUT, RECORD_DELETE
 /// One change, borrowing from the bytes it was read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Change<'a> {
-    RecordPut { key: &'a str, value: &'a [u8] },
-    RecordDelete { key: &'a str },
-    LivePut { queue: &'a str, id: u128, value: &'a [u8] },
-    LiveDelete { queue: &'a str, id: u128 },
-    DeadPut { queue: &'a str, id: u128, value: &'a [u8] },
-    DeadDelete { queue: &'a str, id: u128 },
+    RecordPut {
+        key: &'a str,
+        value: &'a [u8],
+    },
+    RecordDelete {
+        key: &'a str,
+    },
+    LivePut {
+        queue: &'a str,
+        id: u128,
+        value: &'a [u8],
+    },
+    LiveDelete {
+        queue: &'a str,
+        id: u128,
+    },
+    DeadPut {
+        queue: &'a str,
+        id: u128,
+        value: &'a [u8],
+    },
+    DeadDelete {
+        queue: &'a str,
+        id: u128,
+    },
 }
 
 /// Why bytes are not a change.

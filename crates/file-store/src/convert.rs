@@ -83,7 +83,8 @@ pub(super) fn convert(
     options: &FileStoreOptions,
 ) -> Result<Converted, String> {
     let shown = dir.display();
-    let failed = |e: &dyn std::fmt::Display| format!("converting the previous release's store: {e}");
+    let failed =
+        |e: &dyn std::fmt::Display| format!("converting the previous release's store: {e}");
     let old = read_old_meta(db).map_err(|e| failed(&e))?;
     empty_dir(dir).map_err(|e| format!("{shown}: {e}"))?;
     let log = Log::start(dir, 1, options.segment_limit()).map_err(|e| format!("{shown}: {e}"))?;
@@ -97,7 +98,11 @@ pub(super) fn convert(
     let wal = log::wal_of(path);
     let (replayed, last_entry_at) = copy_wal(&wal, old.applied, &mut writing)?;
     writing.flush().map_err(|e| failed(&e))?;
-    writing.log.head_file().sync_data().map_err(|e| failed(&e))?;
+    writing
+        .log
+        .head_file()
+        .sync_data()
+        .map_err(|e| failed(&e))?;
     log::sync_dir(dir).map_err(|e| failed(&e))?;
     let meta = meta_after(&old, last_entry_at, options);
     drop_tables(db, &meta).map_err(|e| failed(&e))?;
@@ -189,7 +194,9 @@ fn copy_wal(wal: &Path, applied: u64, writing: &mut Writing) -> Result<(u64, u64
     // Entries the tables already hold, behind the last checkpoint, are passed over.
     let run = segment::run_from(&bytes, HEADER_LEN, None);
     for entry in run.entries.iter().filter(|entry| entry.seq > applied) {
-        writing.append(entry.payload(&bytes), entry.written_at).map_err(failed)?;
+        writing
+            .append(entry.payload(&bytes), entry.written_at)
+            .map_err(failed)?;
         replayed += 1;
         last_at = entry.written_at;
     }

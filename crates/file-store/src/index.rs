@@ -173,7 +173,10 @@ mod tests {
         for (n, key) in keys.iter().enumerate() {
             assert_eq!(completed.insert(*key, Loc::new(1, n as u64)), None);
         }
-        assert_eq!(completed.insert(keys[7], Loc::new(2, 0)), Some(Loc::new(1, 7)));
+        assert_eq!(
+            completed.insert(keys[7], Loc::new(2, 0)),
+            Some(Loc::new(1, 7))
+        );
         assert_eq!(completed.len(), 5000);
         assert_eq!(completed.remove(&keys[7]), Some(Loc::new(2, 0)));
         assert_eq!(completed.remove(&keys[7]), None);

@@ -118,7 +118,12 @@ impl Log {
     }
 
     /// Hands one entry to the operating system (written, not synced): one `pwrite`.
-    pub(super) fn append(&mut self, seq: u64, written_at: u64, payload: &[u8]) -> std::io::Result<()> {
+    pub(super) fn append(
+        &mut self,
+        seq: u64,
+        written_at: u64,
+        payload: &[u8],
+    ) -> std::io::Result<()> {
         if u32::try_from(payload.len()).is_err() {
             return Err(std::io::Error::other("a log entry is larger than 4 GiB"));
         }

@@ -33,13 +33,18 @@ pub(super) struct Meta {
     pub(super) last_entry_at: u64,
 }
 
-fn number(table: &impl ReadableTable<&'static str, &'static [u8]>, name: &str) -> Result<Option<u64>, StorageError> {
+fn number(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    name: &str,
+) -> Result<Option<u64>, StorageError> {
     let value = table.get(name)?;
     Ok(value.and_then(|v| v.value().try_into().ok().map(u64::from_le_bytes)))
 }
 
 impl Meta {
-    pub(super) fn read(table: &impl ReadableTable<&'static str, &'static [u8]>) -> Result<Self, StorageError> {
+    pub(super) fn read(
+        table: &impl ReadableTable<&'static str, &'static [u8]>,
+    ) -> Result<Self, StorageError> {
         let boot = table.get("boot")?.map(|v| v.value().to_vec());
         let clean = table.get("clean")?.is_some_and(|v| v.value() == [1]);
         Ok(Self {

@@ -317,7 +317,8 @@ impl Queues {
         }
         // An id starts with its arrival in milliseconds, so the first is the oldest.
         let oldest = queue.live.keys().next().map(|id| (id >> 64) as u64);
-        counted.oldest_pending = Duration::from_millis(oldest.map_or(0, |at| now.saturating_sub(at)));
+        counted.oldest_pending =
+            Duration::from_millis(oldest.map_or(0, |at| now.saturating_sub(at)));
         counted.dead = queue.dead.len() as u64;
         counted
     }
@@ -347,16 +348,25 @@ impl Queues {
 /// The log read again at open, and retired segments' deliveries moved on.
 impl Queues {
     /// A put of a live (or, with `dead`, a dead) delivery found in the log at `loc`.
-    pub(super) fn replay_put(&mut self, space: &mut Space, loc: Loc, queue: &str, id: u128, value: &[u8], dead: bool) {
+    pub(super) fn replay_put(
+        &mut self,
+        space: &mut Space,
+        loc: Loc,
+        queue: &str,
+        id: u128,
+        value: &[u8],
+        dead: bool,
+    ) {
         space.changed(loc.segment());
         space.delivery_current(loc);
         let queue = self.queue(queue);
-        let old = match dead {
-            true => queue.dead.insert(id, loc),
-            false => {
-                let (due, claim, _) = split_live(value).unwrap_or((0, None, &[]));
-                queue.set_live(id, Live { due, claim, loc }).map(|old| old.loc)
-            }
+        let old = if dead {
+            queue.dead.insert(id, loc)
+        } else {
+            let (due, claim, _) = split_live(value).unwrap_or((0, None, &[]));
+            queue
+                .set_live(id, Live { due, claim, loc })
+                .map(|old| old.loc)
         };
         if let Some(old) = old {
             space.delivery_replaced(old);
@@ -364,7 +374,14 @@ impl Queues {
     }
 
     /// A delete of a live (or dead) delivery found in the log.
-    pub(super) fn replay_delete(&mut self, space: &mut Space, segment: u32, queue: &str, id: u128, dead: bool) {
+    pub(super) fn replay_delete(
+        &mut self,
+        space: &mut Space,
+        segment: u32,
+        queue: &str,
+        id: u128,
+        dead: bool,
+    ) {
         space.changed(segment);
         let queue = self.queue(queue);
         let old = match dead {
@@ -378,7 +395,15 @@ impl Queues {
 
     /// The put at `loc` of a segment being retired: written again at the head if it is still
     /// the delivery's current value.
-    pub(super) fn retire(&mut self, b: &mut Batch<'_>, queue: &str, id: u128, loc: Loc, value: &[u8], dead: bool) {
+    pub(super) fn retire(
+        &mut self,
+        b: &mut Batch<'_>,
+        queue: &str,
+        id: u128,
+        loc: Loc,
+        value: &[u8],
+        dead: bool,
+    ) {
         let Some(found) = self.queues.get_mut(queue) else {
             return;
         };

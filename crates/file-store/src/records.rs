@@ -82,7 +82,10 @@ impl Records {
         let digest = digest(key);
         match self.live(b, &digest)? {
             Some(Live::InFlight) => {
-                let held = self.in_flight.get(&digest).map(|held| held.record().to_vec());
+                let held = self
+                    .in_flight
+                    .get(&digest)
+                    .map(|held| held.record().to_vec());
                 return Ok(Answer::Existing(held.unwrap_or_default()));
             }
             Some(Live::Completed { value, .. }) => {
@@ -230,15 +233,12 @@ impl Records {
         if !current {
             return;
         }
-        match value.filter(|value| values::expiry(value) > b.now) {
-            Some(value) => {
-                let moved = b.put_record(key, value);
-                self.current(digest, moved, value.to_vec());
-            }
-            None => {
-                self.in_flight.remove(&digest);
-                self.completed.remove(&digest);
-            }
+        if let Some(value) = value.filter(|value| values::expiry(value) > b.now) {
+            let moved = b.put_record(key, value);
+            self.current(digest, moved, value.to_vec());
+        } else {
+            self.in_flight.remove(&digest);
+            self.completed.remove(&digest);
         }
     }
 }

@@ -39,15 +39,23 @@ struct Read {
 
 /// Opens the log beside the open store file `db` at `path`, reads it into memory, and returns
 /// what the writer starts from; the error is a sentence for the operator.
-pub(super) fn open(path: &Path, mut db: Database, options: &FileStoreOptions) -> Result<Start, String> {
+pub(super) fn open(
+    path: &Path,
+    mut db: Database,
+    options: &FileStoreOptions,
+) -> Result<Start, String> {
     let began = Instant::now();
     let dir = log::dir_of(path);
     let shown = dir.display();
     let mut meta = read_meta(&db)?;
     if meta.layout.is_some_and(|layout| layout > LAYOUT) {
-        return Err(format!("the store file is of layout {}, written by a later release; run that release", meta.layout.unwrap_or_default()));
+        return Err(format!(
+            "the store file is of layout {}, written by a later release; run that release",
+            meta.layout.unwrap_or_default()
+        ));
     }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{shown}: cannot create the log folder: {e}"))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("{shown}: cannot create the log folder: {e}"))?;
     let converted = match meta.layout != Some(LAYOUT) && has_records(&db)? {
         true => Some(convert::convert(path, &db, &dir, options)?),
         false => None,
@@ -60,7 +68,8 @@ pub(super) fn open(path: &Path, mut db: Database, options: &FileStoreOptions) ->
     let mut state = State::new();
     let read = read_log(&dir, &mut state)?;
     let boot = options.current_boot();
-    let machine_crash = !meta.clean && !(boot.is_some() && meta.boot == boot);
+    let same_boot = boot.is_some() && meta.boot == boot;
+    let machine_crash = !meta.clean && !same_boot;
     if machine_crash {
         let lost_from = read.last_written_at.max(meta.opened_at);
         meta.guard_from = meta.guard_from.max(lost_from);
@@ -72,13 +81,22 @@ pub(super) fn open(path: &Path, mut db: Database, options: &FileStoreOptions) ->
         opened_at: now_millis(),
         ..meta
     };
-    write_meta(&db, &meta).map_err(|e| format!("cannot record the start in the store file: {e}"))?;
+    write_meta(&db, &meta)
+        .map_err(|e| format!("cannot record the start in the store file: {e}"))?;
     let head = read.segments.last().map_or(1, |last| last + 1);
     let log = Log::start(&dir, head, options.segment_limit())
         .map_err(|e| format!("{shown}: cannot start a log segment: {e}"))?;
     state.space.add_segment(head);
     remove_previous_log(path);
-    report(path, &read, &state, machine_crash, &meta, converted.as_ref(), began);
+    report(
+        path,
+        &read,
+        &state,
+        machine_crash,
+        &meta,
+        converted.as_ref(),
+        began,
+    );
     Ok(Start {
         durability: Arc::new(Durability::new(read.last_seq, log.head_file())),
         guard: Guard {
@@ -114,7 +132,7 @@ fn has_records(db: &Database) -> Result<bool, String> {
 pub(super) fn segments(dir: &Path) -> Result<Vec<u32>, String> {
     let listed = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut numbers: Vec<u32> = listed
-        .filter_map(|entry| entry.ok())
+        .filter_map(Result::ok)
         .filter_map(|entry| log::segment_number(&entry.file_name().to_string_lossy()))
         .collect();
     numbers.sort_unstable();

@@ -151,11 +151,21 @@ fn items(segment: u32, file: &[u8]) -> Option<Vec<Item>> {
     loop {
         let run = segment::run_from(file, from, last);
         for entry in &run.entries {
-            puts(segment, entry.payload_at(), entry.payload(file), now, &mut items);
+            puts(
+                segment,
+                entry.payload_at(),
+                entry.payload(file),
+                now,
+                &mut items,
+            );
             last = Some(entry.seq);
         }
         let Some(broken) = run.broken_at else { break };
-        tracing::error!(segment, offset = broken, "file store: a segment being retired is damaged; what cannot be read of it is lost");
+        tracing::error!(
+            segment,
+            offset = broken,
+            "file store: a segment being retired is damaged; what cannot be read of it is lost"
+        );
         match last.and_then(|last| segment::resync(file, broken, last)) {
             Some(next) => from = next,
             None => break,
@@ -168,9 +178,8 @@ fn puts(segment: u32, payload_at: u64, payload: &[u8], now: u64, items: &mut Vec
     let mut reader = Reader::new(payload);
     loop {
         let loc = Loc::new(segment, payload_at + (payload.len() - reader.left()) as u64);
-        let change = match reader.next_change() {
-            Ok(Some(change)) => change,
-            Ok(None) | Err(_) => return,
+        let Ok(Some(change)) = reader.next_change() else {
+            return;
         };
         let delivery = |queue: &str, id, value: &[u8], dead| Item::Delivery {
             queue: queue.to_owned(),

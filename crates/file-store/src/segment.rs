@@ -134,16 +134,12 @@ pub(super) fn run_from(file: &[u8], from: u64, after: Option<u64>) -> Run {
             Some(last) => entry.seq == last.seq + 1,
             None => after.is_none_or(|after| entry.seq > after),
         };
-        match entry_at(file, at).filter(follows) {
-            Some(entry) => {
-                at = entry.end();
-                run.entries.push(entry);
-            }
-            None => {
-                run.broken_at = Some(at);
-                break;
-            }
-        }
+        let Some(entry) = entry_at(file, at).filter(follows) else {
+            run.broken_at = Some(at);
+            break;
+        };
+        at = entry.end();
+        run.entries.push(entry);
     }
     run
 }
@@ -183,7 +179,10 @@ mod tests {
         let run = run_from(&file, HEADER_LEN, None);
         let seqs: Vec<u64> = run.entries.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, [4, 5]);
-        assert_eq!(run_from(&file, HEADER_LEN, Some(4)).broken_at, Some(HEADER_LEN));
+        assert_eq!(
+            run_from(&file, HEADER_LEN, Some(4)).broken_at,
+            Some(HEADER_LEN)
+        );
         assert_eq!(run_from(&file, HEADER_LEN, Some(2)).entries.len(), 2);
         assert_eq!(run.entries[1].payload(&file), b"bb");
         assert_eq!(run.broken_at, Some(run.entries[1].end()));

@@ -110,7 +110,7 @@ impl Space {
 
     /// The oldest segment, if it is not `head` and is worth retiring at `now`. Counts of
     /// records that have expired are dropped on the way.
-    pub(super) fn to_retire(&mut self, head: u32, now: u64) -> Option<u32> {
+    pub(super) fn retirable(&mut self, head: u32, now: u64) -> Option<u32> {
         let (&oldest, usage) = self.segments.iter_mut().next()?;
         if oldest == head {
             return None;
@@ -138,14 +138,14 @@ mod tests {
             space.record_current(Loc::new(1, n), 10_000 + n * 1000);
         }
         space.add_segment(2);
-        assert_eq!(space.to_retire(2, 5_000), None, "all eight current");
+        assert_eq!(space.retirable(2, 5_000), None, "all eight current");
         for n in 0..5 {
             space.record_replaced(Loc::new(1, n), 10_000 + n * 1000);
         }
-        assert_eq!(space.to_retire(2, 5_000), None, "three of eight current");
+        assert_eq!(space.retirable(2, 5_000), None, "three of eight current");
         space.record_replaced(Loc::new(1, 5), 15_000);
-        assert_eq!(space.to_retire(2, 5_000), Some(1), "two of eight");
-        assert_eq!(space.to_retire(1, 5_000), None, "never the head");
+        assert_eq!(space.retirable(2, 5_000), Some(1), "two of eight");
+        assert_eq!(space.retirable(1, 5_000), None, "never the head");
     }
 
     #[test]
@@ -160,7 +160,7 @@ mod tests {
         assert!(!space.spent(1, 9_999));
         assert!(space.spent(1, 10_000));
         space.add_segment(2);
-        assert_eq!(space.to_retire(2, 10_000), Some(1));
+        assert_eq!(space.retirable(2, 10_000), Some(1));
         space.forget(1);
         assert_eq!(space.segments(), 1);
     }

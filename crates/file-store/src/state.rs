@@ -74,7 +74,12 @@ impl State {
     }
 
     /// Moves on what is still current of a retired segment's puts.
-    pub(super) fn retire(records: &mut Records, queues: &mut Queues, b: &mut Batch<'_>, items: &[Item]) {
+    pub(super) fn retire(
+        records: &mut Records,
+        queues: &mut Queues,
+        b: &mut Batch<'_>,
+        items: &[Item],
+    ) {
         for item in items {
             match item {
                 Item::Record { key, loc, value } => {
@@ -92,7 +97,12 @@ impl State {
     }
 
     /// Applies again the changes of an entry whose payload starts at `payload_at` in `segment`.
-    pub(super) fn replay(&mut self, segment: u32, payload_at: u64, payload: &[u8]) -> Result<(), Malformed> {
+    pub(super) fn replay(
+        &mut self,
+        segment: u32,
+        payload_at: u64,
+        payload: &[u8],
+    ) -> Result<(), Malformed> {
         let mut reader = Reader::new(payload);
         loop {
             let loc = Loc::new(segment, payload_at + (payload.len() - reader.left()) as u64);

@@ -116,14 +116,14 @@ impl Durability {
     }
 
     /// The store can no longer write: every held answer and every later one is refused.
-    pub(super) fn fail(&self, why: String) {
+    pub(super) fn fail(&self, why: &str) {
         let held = {
             let mut state = self.lock();
-            state.failure.get_or_insert(why.clone());
+            state.failure.get_or_insert_with(|| why.to_owned());
             std::mem::take(&mut state.held)
         };
         for held in held {
-            let _ = held.reply.send(Err(stopped(&why)));
+            let _ = held.reply.send(Err(stopped(why)));
         }
     }
 }
@@ -189,7 +189,7 @@ fn run(durability: &Durability) {
             (state.written, state.file.clone())
         };
         if let Err(e) = log.sync_data() {
-            durability.fail(format!("syncing the write-ahead log failed: {e}"));
+            durability.fail(&format!("syncing the log failed: {e}"));
             return;
         }
         durability.reached(target);

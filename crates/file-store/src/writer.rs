@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 use redb::Database;
 use tokio::sync::oneshot;
 
-pub(super) use super::batch::{Answer, Op, Reply};
 use super::batch::Batch;
+pub(super) use super::batch::{Answer, Op, Reply};
 use super::guard::Guard;
 use super::index::KeyDigest;
 use super::journal::Journal;
@@ -90,9 +90,7 @@ impl Writer {
     pub(super) async fn submit(&self, op: Op) -> Result<Answer, StoreError> {
         let stopped = || StoreError::Unavailable("the file store writer has stopped".into());
         let (reply, answer) = oneshot::channel();
-        self.queue
-            .send(Msg::Op(op, reply))
-            .map_err(|_| stopped())?;
+        self.queue.send(Msg::Op(op, reply)).map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
 }
@@ -124,9 +122,8 @@ enum Visibility {
 
 impl Visibility {
     fn of(op: &Op) -> Self {
-        let digest = |key: &idempotency_core::model::ScopedKey| {
-            KeyDigest::from_sha256(key.name_digest())
-        };
+        let digest =
+            |key: &idempotency_core::model::ScopedKey| KeyDigest::from_sha256(key.name_digest());
         match op {
             Op::Reserve { key, .. } => Self::ShowsRecord(digest(key)),
             Op::Renew { .. } | Op::Release { .. } | Op::Count | Op::Ping => Self::Written,
@@ -235,7 +232,7 @@ impl WriterThread {
         if self.log.head_is_full() {
             if let Err(e) = self.roll() {
                 let why = format!("starting a new log segment failed: {e}");
-                self.durability.fail(why.clone());
+                self.durability.fail(&why);
                 return refuse(ops, &why);
             }
         }
@@ -246,7 +243,7 @@ impl WriterThread {
             if let Err(e) = self.log.append(seq, now, journal.as_bytes()) {
                 // Memory holds changes the log lacks: nothing more may be written or read.
                 let why = format!("writing the log failed: {e}");
-                self.durability.fail(why.clone());
+                self.durability.fail(&why);
                 let ops = answers.into_iter().map(|(reply, ..)| ((), reply));
                 return refuse(ops.collect(), &why);
             }
@@ -390,12 +387,12 @@ impl WriterThread {
         if idle && !self.log.head_is_empty() && self.state.space.spent(self.log.head(), now) {
             if let Err(e) = self.roll() {
                 self.durability
-                    .fail(format!("starting a new log segment failed: {e}"));
+                    .fail(&format!("starting a new log segment failed: {e}"));
                 return;
             }
         }
         if self.retiring.is_none() {
-            let oldest = self.state.space.to_retire(self.log.head(), now);
+            let oldest = self.state.space.retirable(self.log.head(), now);
             if let Some(segment) = oldest.filter(|oldest| Some(*oldest) != self.unreadable) {
                 self.retiring = Some(Retiring {
                     segment,

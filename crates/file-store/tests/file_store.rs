@@ -167,7 +167,10 @@ async fn expired_records_are_purged_and_the_log_stops_growing() {
     for round in ["a", "b", "c", "d", "e"] {
         load(&store, round, count, body, ttl).await;
         assert!(store.stored_records().await.unwrap() > 0);
-        assert!(log_size(&store).0 > one_round, "round {round} is in the log");
+        assert!(
+            log_size(&store).0 > one_round,
+            "round {round} is in the log"
+        );
         // Idle past the ttl: the writer lets the head segment go and retires it.
         let purged = async || store.stored_records().await.unwrap() == 0;
         let limit = ttl + PURGE_INTERVAL * 10;

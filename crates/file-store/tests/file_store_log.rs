@@ -50,7 +50,11 @@ fn crash_image(path: &Path) -> (PathBuf, Vec<u8>, Vec<LoggedEntry>, Vec<ScopedKe
         acks.iter().filter(|(kind, ..)| kind == "completed").count() == 200
     });
     let segments = segments(path);
-    assert_eq!(segments.len(), 1, "a fresh store's short run fills one segment");
+    assert_eq!(
+        segments.len(),
+        1,
+        "a fresh store's short run fills one segment"
+    );
     let bytes = std::fs::read(&segments[0]).unwrap();
     let entries = logged_entries(&bytes);
     let everything = state_of(&entries);

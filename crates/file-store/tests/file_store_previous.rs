@@ -41,7 +41,10 @@ fn value(record: &Record, expiry: u64) -> Vec<u8> {
 }
 
 fn completed(body: &str) -> Record {
-    Record::Completed(outcome(FencingToken::generate(), Bytes::from(body.to_owned())))
+    Record::Completed(outcome(
+        FencingToken::generate(),
+        Bytes::from(body.to_owned()),
+    ))
 }
 
 /// The record tables, with each `(name, record, expiry)`, and `meta` when given.
@@ -113,7 +116,11 @@ fn unclean_meta(boot: &str, applied: u64) -> Vec<(&'static str, Vec<u8>)> {
 }
 
 async fn record_of(store: &FileStore, name: &str) -> Option<Record> {
-    store.get(&key(name)).await.unwrap().map(|(record, _)| record)
+    store
+        .get(&key(name))
+        .await
+        .unwrap()
+        .map(|(record, _)| record)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,7 +176,11 @@ async fn a_file_with_a_write_ahead_log_converts_with_the_entries_past_its_checkp
 async fn a_file_left_by_a_machine_crash_of_the_previous_release_still_waits_out_a_lease() {
     let path = TempPath::new("previous-crash.redb");
     let expiry = now_millis() + LONG.as_millis() as u64;
-    tables_file(path.path(), &[("done", completed("done"), expiry)], &unclean_meta(BOOT, 0));
+    tables_file(
+        path.path(),
+        &[("done", completed("done"), expiry)],
+        &unclean_meta(BOOT, 0),
+    );
     let options = FileStoreOptions::default().boot_id("the-boot-after");
     let store = FileStore::open_with(path.path(), &options).unwrap();
     match store.reserve(&key("fresh"), fp(1), LONG).await {
@@ -203,12 +214,20 @@ async fn a_conversion_cut_short_by_a_crash_is_done_again_from_the_start() {
     let path = TempPath::new("previous-cut.redb");
     let done = completed("done");
     let expiry = now_millis() + LONG.as_millis() as u64;
-    tables_file(path.path(), &[("done", done.clone(), expiry)], &unclean_meta(BOOT, 0));
+    tables_file(
+        path.path(),
+        &[("done", done.clone(), expiry)],
+        &unclean_meta(BOOT, 0),
+    );
     // What a crash in the middle of a conversion leaves: the old file as it was, and a log
     // folder with a segment half written.
     let log = beside(path.path(), "-log");
     std::fs::create_dir_all(&log).unwrap();
-    std::fs::write(log.join("0000000001.seg"), b"IPXLOG\r\n\x02\0\0\0\0\0\0\0half an en").unwrap();
+    std::fs::write(
+        log.join("0000000001.seg"),
+        b"IPXLOG\r\n\x02\0\0\0\0\0\0\0half an en",
+    )
+    .unwrap();
     let options = FileStoreOptions::default().boot_id(BOOT);
     let store = FileStore::open_with(path.path(), &options).unwrap();
     assert_eq!(record_of(&store, "done").await, Some(done));

@@ -39,19 +39,30 @@ fn completions(acks: &[Ack]) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flipped_byte_in_a_sealed_segment_loses_that_entry_only() {
     let image = TempPath::new("segments-flip.redb");
-    let acks = run_child("segments_child", image.path(), "load", Some(SEGMENT), |acks| {
-        completions(acks) == 150
-    });
+    let acks = run_child(
+        "segments_child",
+        image.path(),
+        "load",
+        Some(SEGMENT),
+        |acks| completions(acks) == 150,
+    );
     let files = segments(image.path());
     assert!(files.len() > 4, "{} segments", files.len());
-    let logs: Vec<Vec<u8>> = files.iter().map(|file| std::fs::read(file).unwrap()).collect();
+    let logs: Vec<Vec<u8>> = files
+        .iter()
+        .map(|file| std::fs::read(file).unwrap())
+        .collect();
     let entries: Vec<Vec<_>> = logs.iter().map(|log| logged_entries(log)).collect();
     let middle = files.len() / 2;
     let damaged = entries[middle].len() / 2;
     let others = || {
         entries.iter().enumerate().flat_map(move |(n, segment)| {
             let skip = move |(i, _): &(usize, _)| n == middle && *i == damaged;
-            segment.iter().enumerate().filter(move |e| !skip(e)).map(|(_, e)| e)
+            segment
+                .iter()
+                .enumerate()
+                .filter(move |e| !skip(e))
+                .map(|(_, e)| e)
         })
     };
     let expected = state_of(others());
@@ -78,7 +89,11 @@ async fn a_flipped_byte_in_a_sealed_segment_loses_that_entry_only() {
 async fn every_completion_is_there(path: &Path, acks: &[Ack]) {
     let store = FileStore::open_with(path, &options(BOOT)).unwrap();
     for (kind, name, token) in acks.iter().filter(|(kind, ..)| kind == "completed") {
-        let found = store.get(&key(name)).await.unwrap().map(|(record, _)| record);
+        let found = store
+            .get(&key(name))
+            .await
+            .unwrap()
+            .map(|(record, _)| record);
         let wanted = outcome(FencingToken::from_u64(*token), body(name));
         assert_eq!(found, Some(Record::Completed(wanted)), "{kind} {name}");
     }
@@ -91,21 +106,29 @@ async fn kills_while_segments_are_retired_lose_no_acknowledged_completion() {
     // Three lives, each killed at another point of its work; each starts from what the last
     // left, retirements cut short included.
     for life in [70, 110, 150] {
-        let lived = run_child("segments_child", path.path(), "churn", Some(SEGMENT), |acks| {
-            completions(acks) == life
-        });
+        let lived = run_child(
+            "segments_child",
+            path.path(),
+            "churn",
+            Some(SEGMENT),
+            |acks| completions(acks) == life,
+        );
         assert!(completions(&lived) >= life, "the child stopped early");
         acks.extend(lived);
         every_completion_is_there(path.path(), &acks).await;
     }
     let first = crash::segment_number(&segments(path.path())[0]);
-    assert!(first > 10, "segments were retired: the oldest left is {first}");
+    assert!(
+        first > 10,
+        "segments were retired: the oldest left is {first}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retired_segment_that_comes_back_changes_nothing() {
     let path = TempPath::new("segments-back.redb");
-    let store = Arc::new(FileStore::open_with(path.path(), &options(BOOT).segment_bytes(SEGMENT)).unwrap());
+    let store =
+        Arc::new(FileStore::open_with(path.path(), &options(BOOT).segment_bytes(SEGMENT)).unwrap());
     let first = segments(path.path())[0].clone();
     let mut kept = None;
     let mut long = Vec::new();
@@ -136,7 +159,11 @@ async fn a_retired_segment_that_comes_back_changes_nothing() {
 
     let store = FileStore::open_with(path.path(), &options(BOOT).segment_bytes(SEGMENT)).unwrap();
     for (name, done) in &long {
-        let found = store.get(&key(name)).await.unwrap().map(|(record, _)| record);
+        let found = store
+            .get(&key(name))
+            .await
+            .unwrap()
+            .map(|(record, _)| record);
         assert_eq!(found, Some(Record::Completed(done.clone())), "{name}");
     }
     assert_eq!(store.get(&key("short-0-0")).await.unwrap(), None);
@@ -144,7 +171,11 @@ async fn a_retired_segment_that_comes_back_changes_nothing() {
     let gone = async || !first.exists();
     poll::until(Duration::from_secs(30), "the segment retired again", gone).await;
     for (name, done) in &long {
-        let found = store.get(&key(name)).await.unwrap().map(|(record, _)| record);
+        let found = store
+            .get(&key(name))
+            .await
+            .unwrap()
+            .map(|(record, _)| record);
         assert_eq!(found, Some(Record::Completed(done.clone())), "{name}");
     }
 }

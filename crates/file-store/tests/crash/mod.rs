@@ -81,7 +81,10 @@ pub(crate) fn child() {
         return;
     };
     let mut options = options(BOOT);
-    if let Some(bytes) = std::env::var(CHILD_SEGMENT).ok().and_then(|b| b.parse().ok()) {
+    if let Some(bytes) = std::env::var(CHILD_SEGMENT)
+        .ok()
+        .and_then(|b| b.parse().ok())
+    {
         options = options.segment_bytes(bytes);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -235,7 +238,9 @@ fn changes(mut payload: &[u8]) -> Vec<(String, Option<Record>)> {
 }
 
 /// What the store must hold after applying `entries` in order.
-pub(crate) fn state_of<'a>(entries: impl IntoIterator<Item = &'a LoggedEntry>) -> HashMap<String, Record> {
+pub(crate) fn state_of<'a>(
+    entries: impl IntoIterator<Item = &'a LoggedEntry>,
+) -> HashMap<String, Record> {
     let mut state = HashMap::new();
     for entry in entries {
         for (key, record) in &entry.changes {
@@ -293,7 +298,12 @@ async fn check_opens_to(image: &Path, n: usize, case: &Case, names: &[ScopedKey]
 /// entries away from the damage touch are the same in every case: they are checked one by one
 /// in the first and last case, and by the count in the others; the keys the damaged region
 /// touches are checked one by one in every case.
-pub(crate) async fn check_all(image: &Path, cases: Vec<Case>, all: Vec<ScopedKey>, region: Vec<ScopedKey>) {
+pub(crate) async fn check_all(
+    image: &Path,
+    cases: Vec<Case>,
+    all: Vec<ScopedKey>,
+    region: Vec<ScopedKey>,
+) {
     let (all, region) = (Arc::new(all), Arc::new(region));
     let last = cases.len() - 1;
     let mut cases = cases.into_iter().enumerate().peekable();
@@ -314,7 +324,10 @@ pub(crate) async fn check_all(image: &Path, cases: Vec<Case>, all: Vec<ScopedKey
 }
 
 /// The keys among `names` that `entries` change.
-pub(crate) fn touched<'a>(entries: impl IntoIterator<Item = &'a LoggedEntry>, names: &[ScopedKey]) -> Vec<ScopedKey> {
+pub(crate) fn touched<'a>(
+    entries: impl IntoIterator<Item = &'a LoggedEntry>,
+    names: &[ScopedKey],
+) -> Vec<ScopedKey> {
     let touched: Vec<&String> = entries
         .into_iter()
         .flat_map(|entry| entry.changes.iter().map(|(key, _)| key))
