@@ -18,10 +18,10 @@ use std::path::Path;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::guard::FileStoreOptions;
 use super::journal::Journal;
 use super::log::{self, Log};
 use super::meta::Meta;
+use super::options::FileStoreOptions;
 use super::segment::{self, HeaderError, HEADER_LEN, WAL_MAGIC};
 use idempotency_core::model::now_millis;
 

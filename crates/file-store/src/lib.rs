@@ -35,6 +35,7 @@ mod index;
 mod journal;
 mod log;
 mod meta;
+mod options;
 mod queue;
 mod records;
 mod recovery;
@@ -60,7 +61,7 @@ use idempotency_core::store::Inbox;
 use idempotency_core::store::{Fenced, Removal, Removed, Reservation, Store, StoreError};
 use writer::{Answer, Op, Writer};
 
-pub use guard::{FileStoreOptions, SEGMENT_BYTES};
+pub use options::{FileStoreOptions, SEGMENT_BYTES};
 pub use writer::PURGE_INTERVAL;
 
 /// A store in one local file and its write-ahead log, written by one writer thread.

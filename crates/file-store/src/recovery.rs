@@ -18,9 +18,10 @@ use std::time::Instant;
 use redb::{Database, ReadableDatabase, TableHandle};
 
 use super::convert;
-use super::guard::{FileStoreOptions, Guard};
+use super::guard::Guard;
 use super::log::{self, Log};
 use super::meta::{Meta, LAYOUT, META};
+use super::options::FileStoreOptions;
 use super::segment::{self, HEADER_LEN, MAGIC};
 use super::state::State;
 use super::syncer::Durability;

@@ -115,7 +115,12 @@ impl Space {
         if oldest == head {
             return None;
         }
-        usage.records = usage.records.split_off(&live_from(now));
+        while let Some(expired) = usage.records.first_entry() {
+            if *expired.key() >= live_from(now) {
+                break;
+            }
+            expired.remove();
+        }
         (usage.current(now) * RETIRE_LIVE_SHARE <= usage.changes).then_some(oldest)
     }
 
