@@ -111,6 +111,7 @@ impl FileStore {
             std::fs::create_dir_all(dir)
                 .map_err(|e| fail(format!("cannot create directory: {e}")))?;
         }
+        recovery::refuse_half_a_store(path).map_err(fail)?;
         let db = Database::builder()
             .set_cache_size(PAGE_CACHE_BYTES)
             .create(path)

@@ -55,6 +55,9 @@ pub(super) fn open(
             meta.layout.unwrap_or_default()
         ));
     }
+    if meta.layout == Some(LAYOUT) && !dir.is_dir() {
+        return Err(format!("its log folder {shown} is missing: restore it (a copy of the store is the file and the folder together), or move the store file away to start an empty store"));
+    }
     std::fs::create_dir_all(&dir)
         .map_err(|e| format!("{shown}: cannot create the log folder: {e}"))?;
     let converted = match meta.layout != Some(LAYOUT) && has_records(&db)? {
@@ -109,6 +112,19 @@ pub(super) fn open(
         state,
         last_seq: read.last_seq,
     })
+}
+
+/// Refuses a log folder whose store file is gone: the file says how the store was closed, and
+/// without it a start could neither tell a machine crash nor that the folder is this store's.
+pub(super) fn refuse_half_a_store(path: &Path) -> Result<(), String> {
+    let dir = log::dir_of(path);
+    if path.exists() || !dir.is_dir() || segments(&dir)?.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "the store file is missing but its log folder {} holds a log: restore the file (a copy of the store is the file and the folder together), or move the folder away to start an empty store",
+        dir.display()
+    ))
 }
 
 fn read_meta(db: &Database) -> Result<Meta, String> {

@@ -2,7 +2,7 @@
 //! and that expired records are purged so the log stops growing.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,6 +114,32 @@ fn a_file_already_in_use_does_not_open_twice() {
     );
     assert!(message.contains("already open"), "{message}");
     drop(first);
+    FileStore::open(path.path()).unwrap();
+}
+
+#[test]
+fn half_a_store_does_not_open() {
+    let path = TempPath::new("file-half.redb");
+    drop(FileStore::open(path.path()).unwrap());
+    let log = PathBuf::from(format!("{}-log", path.path().display()));
+    let file = std::fs::read(path.path()).unwrap();
+
+    // The log without the file that says how it was closed.
+    std::fs::remove_file(path.path()).unwrap();
+    let message = open_error(path.path());
+    assert!(message.contains("store file is missing"), "{message}");
+    assert!(message.contains(&*log.to_string_lossy()), "{message}");
+    assert!(!path.path().exists(), "nothing was made in its place");
+
+    // The file without its log.
+    std::fs::write(path.path(), &file).unwrap();
+    let aside = PathBuf::from(format!("{}-aside", log.display()));
+    std::fs::rename(&log, &aside).unwrap();
+    let message = open_error(path.path());
+    assert!(message.contains("log folder"), "{message}");
+    assert!(message.contains("is missing"), "{message}");
+
+    std::fs::rename(&aside, &log).unwrap();
     FileStore::open(path.path()).unwrap();
 }
 
