@@ -37,6 +37,9 @@ struct State {
     held: Vec<Held>,
     failure: Option<String>,
     stopping: bool,
+    /// Whether the syncer sleeps for want of entries: only then is it woken (a wake is a
+    /// system call, and under load the syncer is syncing, not sleeping).
+    idle: bool,
 }
 
 /// What the writer and the syncer share about how far the log is on the disk.
@@ -56,6 +59,7 @@ impl Durability {
                 held: Vec::new(),
                 failure: None,
                 stopping: false,
+                idle: false,
             }),
             wake: Condvar::new(),
         }
@@ -79,8 +83,13 @@ impl Durability {
 
     /// Entry `seq` was handed to the operating system: the syncer may take it.
     pub(super) fn written(&self, seq: u64) {
-        self.lock().written = seq;
-        self.wake.notify_one();
+        let mut state = self.lock();
+        state.written = seq;
+        if state.idle {
+            state.idle = false;
+            drop(state);
+            self.wake.notify_one();
+        }
     }
 
     /// Sends `answer` once the log is on the disk up to entry `seq` (at once if it is).
@@ -178,11 +187,13 @@ fn run(durability: &Durability) {
         let (target, log) = {
             let mut state = durability.lock();
             while state.written <= state.synced && !state.stopping && state.failure.is_none() {
+                state.idle = true;
                 state = durability
                     .wake
                     .wait(state)
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
             }
+            state.idle = false;
             if state.failure.is_some() || state.written <= state.synced {
                 return;
             }
