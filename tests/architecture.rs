@@ -1,11 +1,17 @@
 //! The proxy's modules keep their order: each top-level module of `src/` (a folder or a file)
 //! imports only modules of a lower layer, so no two folders reach each other and there is no
 //! cycle between them. What the crates may use is Cargo's to enforce (each crate's
-//! `Cargo.toml`, and `tests/dependencies.rs` for the core); this is the part Cargo cannot see.
+//! `Cargo.toml`, and `tests/workspace.rs` for the core); this is the part Cargo cannot see.
 //! ARCHITECTURE.md describes the layers; a module added without a layer here fails.
 //!
 //! An import is any `crate::NAME` path, and each name of a `use crate::{...}` group, in code
 //! outside `#[cfg(test)]` items: tests may look at anything.
+//!
+//! `architecture/map.rs` holds ARCHITECTURE.md's tables to the files and functions they name.
+
+mod common;
+#[path = "architecture/map.rs"]
+mod map;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -14,11 +20,13 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     // Leaves: per-thread slots, the framing guard, logging, TLS files, the store choice.
     &["thread_slot", "framing", "logging", "tls", "store"],
-    // The upstream client; the status page's view of routes and inboxes.
-    &["upstream", "status"],
-    // What each request reports; the inbox delivery workers; the router over routes.
-    &["telemetry", "inbox", "router"],
-    // The config (which reads inbox delivery settings); the metric catalog.
+    // The upstream client; the status page's view of routes and inboxes; gauges read when
+    // scraped.
+    &["upstream", "status", "scraped"],
+    // What each request reports; the inbox delivery workers and the outbox relays; the router
+    // over routes.
+    &["telemetry", "inbox", "outbox", "router"],
+    // The config (which reads inbox delivery and outbox settings); the metric catalog.
     &["config", "metric_catalog"],
     // The listener and connections; the admin endpoints.
     &["server", "admin"],
