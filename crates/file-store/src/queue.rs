@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use super::batch::Batch;
 use super::journal::Loc;
-use super::space::Space;
 use idempotency_core::model::{unix_millis, Delivery, DeliveryId, FencingToken, InboxQueues};
 use idempotency_core::store::{Fenced, Settlement};
 
@@ -91,21 +90,21 @@ pub(super) enum QueueAnswer {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Live {
-    due: u64,
-    claim: Option<FencingToken>,
-    loc: Loc,
+pub(super) struct Live {
+    pub(super) due: u64,
+    pub(super) claim: Option<FencingToken>,
+    pub(super) loc: Loc,
 }
 
 #[derive(Debug, Default)]
-struct Queue {
-    live: BTreeMap<u128, Live>,
+pub(super) struct Queue {
+    pub(super) live: BTreeMap<u128, Live>,
     due: BTreeSet<(u64, u128)>,
-    dead: BTreeMap<u128, Loc>,
+    pub(super) dead: BTreeMap<u128, Loc>,
 }
 
 impl Queue {
-    fn set_live(&mut self, id: u128, live: Live) -> Option<Live> {
+    pub(super) fn set_live(&mut self, id: u128, live: Live) -> Option<Live> {
         let old = self.live.insert(id, live);
         if let Some(old) = old {
             self.due.remove(&(old.due, id));
@@ -114,7 +113,7 @@ impl Queue {
         old
     }
 
-    fn take_live(&mut self, id: u128) -> Option<Live> {
+    pub(super) fn take_live(&mut self, id: u128) -> Option<Live> {
         let old = self.live.remove(&id)?;
         self.due.remove(&(old.due, id));
         Some(old)
@@ -124,13 +123,13 @@ impl Queue {
 /// Every route's queue.
 #[derive(Debug, Default)]
 pub(super) struct Queues {
-    queues: HashMap<String, Queue>,
+    pub(super) queues: HashMap<String, Queue>,
 }
 
 type Result<T> = io::Result<T>;
 
 impl Queues {
-    fn queue(&mut self, name: &str) -> &mut Queue {
+    pub(super) fn queue(&mut self, name: &str) -> &mut Queue {
         if !self.queues.contains_key(name) {
             self.queues.insert(name.to_owned(), Queue::default());
         }
@@ -342,90 +341,6 @@ impl Queues {
             .collect();
         let listed = locs.into_iter().map(|loc| b.read_value(loc));
         Ok(QueueAnswer::Listed(listed.collect::<Result<_>>()?))
-    }
-}
-
-/// The log read again at open, and retired segments' deliveries moved on.
-impl Queues {
-    /// A put of a live (or, with `dead`, a dead) delivery found in the log at `loc`.
-    pub(super) fn replay_put(
-        &mut self,
-        space: &mut Space,
-        loc: Loc,
-        queue: &str,
-        id: u128,
-        value: &[u8],
-        dead: bool,
-    ) {
-        space.changed(loc.segment());
-        space.delivery_current(loc);
-        let queue = self.queue(queue);
-        let old = if dead {
-            queue.dead.insert(id, loc)
-        } else {
-            let (due, claim, _) = split_live(value).unwrap_or((0, None, &[]));
-            queue
-                .set_live(id, Live { due, claim, loc })
-                .map(|old| old.loc)
-        };
-        if let Some(old) = old {
-            space.delivery_replaced(old);
-        }
-    }
-
-    /// A delete of a live (or dead) delivery found in the log.
-    pub(super) fn replay_delete(
-        &mut self,
-        space: &mut Space,
-        segment: u32,
-        queue: &str,
-        id: u128,
-        dead: bool,
-    ) {
-        space.changed(segment);
-        let queue = self.queue(queue);
-        let old = match dead {
-            true => queue.dead.remove(&id),
-            false => queue.take_live(id).map(|old| old.loc),
-        };
-        if let Some(old) = old {
-            space.delivery_replaced(old);
-        }
-    }
-
-    /// The put at `loc` of a segment being retired: written again at the head if it is still
-    /// the delivery's current value.
-    pub(super) fn retire(
-        &mut self,
-        b: &mut Batch<'_>,
-        queue: &str,
-        id: u128,
-        loc: Loc,
-        value: &[u8],
-        dead: bool,
-    ) {
-        let Some(found) = self.queues.get_mut(queue) else {
-            return;
-        };
-        let current = match dead {
-            true => found.dead.get(&id).copied(),
-            false => found.live.get(&id).map(|live| live.loc),
-        };
-        if current != Some(loc) {
-            return;
-        }
-        let moved = b.put_delivery(queue, id, value, dead);
-        let found = self.queue(queue);
-        match dead {
-            true => {
-                found.dead.insert(id, moved);
-            }
-            false => {
-                if let Some(live) = found.live.get_mut(&id) {
-                    live.loc = moved;
-                }
-            }
-        }
     }
 }
 

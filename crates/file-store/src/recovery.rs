@@ -19,13 +19,14 @@ use redb::{Database, ReadableDatabase, TableHandle};
 
 use super::convert;
 use super::guard::Guard;
+use super::housekeeping::write_meta;
 use super::log::{self, Log};
 use super::meta::{Meta, LAYOUT, META};
 use super::options::FileStoreOptions;
 use super::segment::{self, HEADER_LEN, MAGIC};
 use super::state::State;
 use super::syncer::Durability;
-use super::writer::{write_meta, Start};
+use super::writer::Start;
 use idempotency_core::model::now_millis;
 
 /// What reading the log found.

@@ -13,10 +13,9 @@
 //!   sync, and so does every read (`get`, inbox counts and listings): no one is shown an answer
 //!   that a machine crash could still take back.
 //!
-//! Between batches it keeps the log's size in hand: a full head segment is synced and a new one
-//! started; the oldest segment, once little of it is current, is handed to the retirer thread
-//! (`retire.rs`), whose puts come back as messages applied in a batch like any operation, and
-//! is deleted once what moved on from it is synced.
+//! Between batches it keeps the log's size in hand (`housekeeping.rs`): a new head segment, a
+//! retirement of the oldest, whose puts come back from the retirer thread as messages applied
+//! in a batch like any operation.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -30,10 +29,11 @@ use tokio::sync::oneshot;
 use super::batch::Batch;
 pub(super) use super::batch::{Answer, Op, Reply};
 use super::guard::Guard;
+use super::housekeeping::Retiring;
 use super::index::KeyDigest;
 use super::journal::Journal;
 use super::log::Log;
-use super::meta::{Meta, META};
+use super::meta::Meta;
 use super::retire::{Chunk, Retirer};
 use super::state::State;
 use super::syncer::{Durability, Syncer};
@@ -133,34 +133,26 @@ impl Visibility {
     }
 }
 
-/// A segment being retired: its puts are coming from the retirer until the last has been
-/// applied, then it waits for the entry that moved them on to be synced.
-#[derive(Clone, Copy)]
-struct Retiring {
-    segment: u32,
-    synced_by: Option<u64>,
-}
-
-struct WriterThread {
-    db: Database,
-    meta: Meta,
-    log: Log,
-    state: State,
+pub(super) struct WriterThread {
+    pub(super) db: Database,
+    pub(super) meta: Meta,
+    pub(super) log: Log,
+    pub(super) state: State,
     /// The last entry written to the log.
-    last_seq: u64,
-    guard: Guard,
-    durability: Arc<Durability>,
-    syncer: Option<Syncer>,
-    retirer: Option<Retirer>,
-    retiring: Option<Retiring>,
+    pub(super) last_seq: u64,
+    pub(super) guard: Guard,
+    pub(super) durability: Arc<Durability>,
+    pub(super) syncer: Option<Syncer>,
+    pub(super) retirer: Option<Retirer>,
+    pub(super) retiring: Option<Retiring>,
     /// A segment that could not be read to retire it: kept, never tried again.
-    unreadable: Option<u32>,
+    pub(super) unreadable: Option<u32>,
     /// Keys completed by entries that may not be synced yet, and the entry of each.
-    unsynced_completions: HashMap<KeyDigest, u64>,
-    prune_at: usize,
-    forgot: Instant,
+    pub(super) unsynced_completions: HashMap<KeyDigest, u64>,
+    pub(super) prune_at: usize,
+    pub(super) forgot: Instant,
     /// When the last entry was written.
-    appended: Instant,
+    pub(super) appended: Instant,
 }
 
 impl WriterThread {
@@ -321,21 +313,6 @@ impl WriterThread {
         }
     }
 
-    /// Notes the end of a segment's puts: it goes once the entry that moved them on is synced.
-    fn chunks_applied(&mut self, chunks: &[Chunk]) {
-        for chunk in chunks.iter().filter(|chunk| chunk.last) {
-            if chunk.unreadable {
-                self.unreadable = Some(chunk.segment);
-                self.retiring = None;
-                continue;
-            }
-            self.retiring = Some(Retiring {
-                segment: chunk.segment,
-                synced_by: Some(self.last_seq),
-            });
-        }
-    }
-
     /// Forgets completions that are synced, when there are enough to be worth the pass.
     fn prune(&mut self) {
         if self.unsynced_completions.len() < self.prune_at {
@@ -345,98 +322,6 @@ impl WriterThread {
         self.unsynced_completions.retain(|_, seq| *seq > synced);
         self.prune_at = (2 * self.unsynced_completions.len()).max(MIN_PRUNE);
     }
-
-    /// Syncs the head segment and starts the next.
-    fn roll(&mut self) -> std::io::Result<()> {
-        self.log.roll()?;
-        self.state.space.add_segment(self.log.head());
-        self.durability.rolled(self.last_seq, self.log.head_file());
-        Ok(())
-    }
-
-    /// Between batches, and when idle: deletes a retired segment once what moved on from it is
-    /// synced, forgets expired reservations, lets a head go whose records have all expired
-    /// (once nothing was written for a while, so that a run of deletes does not start a
-    /// segment per batch), starts a retirement.
-    fn housekeep(&mut self) {
-        if self.durability.failure().is_some() {
-            return;
-        }
-        let now = now_millis();
-        if let Some(Retiring {
-            segment,
-            synced_by: Some(seq),
-        }) = self.retiring
-        {
-            if self.durability.synced() >= seq {
-                self.retiring = None;
-                match self.log.remove(segment) {
-                    Ok(()) => self.state.space.forget(segment),
-                    Err(e) => {
-                        tracing::error!(segment, error = %e, "file store: cannot delete a retired segment; it is kept, and the log grows behind it");
-                        self.unreadable = Some(segment);
-                    }
-                }
-            }
-        }
-        if self.forgot.elapsed() >= PURGE_INTERVAL {
-            self.state.records.forget_expired(now);
-            self.forgot = Instant::now();
-        }
-        let idle = self.appended.elapsed() >= PURGE_INTERVAL;
-        if idle && !self.log.head_is_empty() && self.state.space.spent(self.log.head(), now) {
-            if let Err(e) = self.roll() {
-                self.durability
-                    .fail(&format!("starting a new log segment failed: {e}"));
-                return;
-            }
-        }
-        if self.retiring.is_none() {
-            let oldest = self.state.space.retirable(self.log.head(), now);
-            if let Some(segment) = oldest.filter(|oldest| Some(*oldest) != self.unreadable) {
-                self.retiring = Some(Retiring {
-                    segment,
-                    synced_by: None,
-                });
-                if let Some(retirer) = &self.retirer {
-                    retirer.retire(segment);
-                }
-            }
-        }
-    }
-
-    /// The head synced, the store file marked closed cleanly.
-    fn close(mut self) {
-        drop(self.retirer.take());
-        let mut clean = self.durability.failure().is_none();
-        if clean {
-            clean = self.log.head_file().sync_data().is_ok();
-            self.durability.reached(self.last_seq);
-        }
-        if let (true, Some(retiring)) = (clean, self.retiring) {
-            if retiring.synced_by.is_some() && self.log.remove(retiring.segment).is_ok() {
-                self.state.space.forget(retiring.segment);
-            }
-        }
-        if clean {
-            let meta = Meta {
-                clean: true,
-                ..self.meta.clone()
-            };
-            if let Err(e) = write_meta(&self.db, &meta) {
-                tracing::warn!(error = %e, "file store: could not mark the store closed cleanly; the next start reads it as after a crash");
-            }
-        }
-        drop(self.syncer.take());
-    }
-}
-
-/// Writes the store file's `meta` table with a durable commit.
-pub(super) fn write_meta(db: &Database, meta: &Meta) -> Result<(), redb::Error> {
-    let txn = db.begin_write()?;
-    meta.write(&mut txn.open_table(META)?)?;
-    txn.commit()?;
-    Ok(())
 }
 
 /// Below this many, remembered completions are not worth a pass to forget.
