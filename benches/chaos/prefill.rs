@@ -7,15 +7,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, StatusCode};
-use idempotency_core::model::{
-    CompletedRecord, Fingerprint, IdempotencyKey, Record, RouteName, ScopedKey, StoredBody,
-};
+use idempotency_core::model::{CompletedRecord, Record, ScopedKey};
 use idempotency_file_store::FileStoreOptions;
 use idempotency_proxy::store::{FileStore, Reservation, Store};
+use idempotency_test_support::records;
 
 /// Small segments, so the prefill fills many and each is retired on its own.
 const SEGMENT: u64 = 32 << 10;
@@ -35,24 +33,15 @@ pub struct Prefill {
 }
 
 fn key(name: &str) -> ScopedKey {
-    let route = RouteName::new("prefill").expect("a valid route name");
-    ScopedKey::new(route, None, IdempotencyKey::new(name).expect("a valid key"))
+    records::scoped("prefill", None, name)
 }
 
 async fn put(store: &FileStore, name: &str, ttl: Duration) -> Result<CompletedRecord, String> {
-    let fingerprint = Fingerprint::from_bytes([7; 32]);
-    let reserved = store.reserve(&key(name), fingerprint, LONG).await;
+    let reserved = store.reserve(&key(name), records::fp(1), LONG).await;
     let Ok(Reservation::Acquired(token)) = reserved else {
         return Err(format!("prefill: {name} was not acquired: {reserved:?}"));
     };
-    let record = CompletedRecord {
-        fingerprint,
-        token,
-        created_at: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
-        status: StatusCode::CREATED,
-        headers: HeaderMap::new(),
-        body: StoredBody::Kept(Bytes::from(format!("{{\"prefilled\":\"{name}\"}}"))),
-    };
+    let record = records::outcome(token, Bytes::from(format!("{{\"prefilled\":\"{name}\"}}")));
     let stored = store.complete(&key(name), &record, ttl).await;
     stored.map_err(|e| format!("prefill: {name}: {e}"))?;
     Ok(record)

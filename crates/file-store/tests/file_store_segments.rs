@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use idempotency_core::model::{FencingToken, Record};
+use idempotency_core::model::{CompletedRecord, FencingToken, Record};
 use idempotency_core::store::Store;
 use idempotency_file_store::FileStore;
 use idempotency_test_support::poll;
@@ -124,6 +124,15 @@ async fn kills_while_segments_are_retired_lose_no_acknowledged_completion() {
     );
 }
 
+/// Checks that every one of `records` is in `store` as it was completed.
+async fn all_there(store: &FileStore, records: &[(String, CompletedRecord)]) {
+    for (name, done) in records {
+        let found = store.get(&key(name)).await.unwrap();
+        let found = found.map(|(record, _)| record);
+        assert_eq!(found, Some(Record::Completed(done.clone())), "{name}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retired_segment_that_comes_back_changes_nothing() {
     let path = TempPath::new("segments-back.redb");
@@ -158,24 +167,10 @@ async fn a_retired_segment_that_comes_back_changes_nothing() {
     std::fs::write(&first, kept.expect("the first segment was sealed")).unwrap();
 
     let store = FileStore::open_with(path.path(), &options(BOOT).segment_bytes(SEGMENT)).unwrap();
-    for (name, done) in &long {
-        let found = store
-            .get(&key(name))
-            .await
-            .unwrap()
-            .map(|(record, _)| record);
-        assert_eq!(found, Some(Record::Completed(done.clone())), "{name}");
-    }
+    all_there(&store, &long).await;
     assert_eq!(store.get(&key("short-0-0")).await.unwrap(), None);
     // It is retired again, its records found where they moved.
     let gone = async || !first.exists();
     poll::until(Duration::from_secs(30), "the segment retired again", gone).await;
-    for (name, done) in &long {
-        let found = store
-            .get(&key(name))
-            .await
-            .unwrap()
-            .map(|(record, _)| record);
-        assert_eq!(found, Some(Record::Completed(done.clone())), "{name}");
-    }
+    all_there(&store, &long).await;
 }
