@@ -1,11 +1,17 @@
 //! The proxy's modules keep their order: each top-level module of `src/` (a folder or a file)
 //! imports only modules of a lower layer, so no two folders reach each other and there is no
 //! cycle between them. What the crates may use is Cargo's to enforce (each crate's
-//! `Cargo.toml`, and `tests/dependencies.rs` for the core); this is the part Cargo cannot see.
+//! `Cargo.toml`, and `tests/workspace.rs` for the core); this is the part Cargo cannot see.
 //! ARCHITECTURE.md describes the layers; a module added without a layer here fails.
 //!
 //! An import is any `crate::NAME` path, and each name of a `use crate::{...}` group, in code
 //! outside `#[cfg(test)]` items: tests may look at anything.
+//!
+//! `architecture/map.rs` holds ARCHITECTURE.md's tables to the files and functions they name.
+
+mod common;
+#[path = "architecture/map.rs"]
+mod map;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

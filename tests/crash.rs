@@ -7,6 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::binary::{exit_code, sigkill, sigterm, start_binary};
+use common::poll;
 use common::temp::TempPath;
 use common::upstream::TestUpstream;
 
@@ -54,9 +55,13 @@ async fn a_completed_key_replays_after_a_sigkill_and_an_in_flight_key_frees_afte
         during_lease.status, 409,
         "the dead holder's lease still guards the key"
     );
-    // The lease (1s) ran from the reservation, before the kill: past it by now.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    let after_lease = client.post("/v1/x", "running-at-crash", "{}").await;
+    // The lease (1s) ran from the reservation, before the kill: the key frees when it runs
+    // out, and until then every retry is answered `409` as the one above.
+    let freed = async || {
+        let answer = client.post("/v1/x", "running-at-crash", "{}").await;
+        (answer.status != 409).then_some(answer)
+    };
+    let after_lease = poll::until(Duration::from_secs(10), "the lease run out", freed).await;
     assert_eq!(
         after_lease.status, 201,
         "the key freed when the lease ran out: {after_lease:?}"

@@ -1,6 +1,7 @@
 //! What is stored when the upstream is slow, fails, or answers too much, over real sockets.
-//! (Duplicates that arrive while the first request runs, and leases, are in `tests/layer/`,
-//! where the test holds the first request open instead of racing it.)
+//! (Duplicates that arrive while the first request runs, and leases, are in
+//! `crates/core/tests/layer/`, where the test holds the first request open instead of racing
+//! it.)
 
 mod common;
 

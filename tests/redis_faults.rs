@@ -1,7 +1,8 @@
 //! What the proxy does when its Redis goes away: killed, restarted empty, or hung.
 //!
-//! Each test runs its own `redis-server` (see `common/redis_server.rs`) so it can kill it, and
-//! each is bounded in time as a whole: a hang fails the test instead of stalling the suite.
+//! Each test runs its own `redis-server` (the test-support crate's `redis_server`) so it can
+//! kill it, and each is bounded in time as a whole: a hang fails the test instead of stalling
+//! the suite.
 //! Every case runs twice, on Redis (`on_redis::`) and on Valkey (`on_valkey::`), where the
 //! store's fenced writes are the server's own commands instead of scripts.
 

@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use common::binary::start_binary_logging;
+use common::logs::{slot_wait, Logs};
 use common::poll;
 use common::proxy::TestProxy;
 use common::signal;
@@ -279,13 +280,15 @@ async fn a_raised_connection_limit_lets_a_waiting_client_in() {
     let upstream = TestUpstream::start().await;
     let with_limit = |n: u32| format!("max_connections = {n}\n{}", config(&upstream.url(), false));
     let file = config_file("slots", &with_limit(1));
+    let logs = Logs::capture();
     let (proxy, _) = TestProxy::from_file(&file, Arc::new(MemoryStore::new())).await;
     let mut first = open_connection(proxy.addr).await;
     assert_eq!(post_on(&mut first).await, StatusCode::CREATED);
-    // The second client waits in the listen backlog while the first holds the only slot.
+    // The second client is taken off the listen queue and waits for the only slot, which the
+    // first holds: the proxy says so once it has looked at the limit.
     let mut second = open_connection(proxy.addr).await;
     let waiting = tokio::spawn(async move { post_on(&mut second).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    logs.until_more(&slot_wait(1), 0).await;
     assert!(!waiting.is_finished(), "served past max_connections");
     std::fs::write(&file, with_limit(2)).unwrap();
     assert_eq!(reload(&proxy).await.status, StatusCode::OK);

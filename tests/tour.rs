@@ -11,12 +11,13 @@ mod common;
 mod demo_upstream;
 
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::binary::start_binary;
 use common::client::TestClient;
 use common::inbox_upstream::free_addr;
 use common::markdown::{read, Block, Page};
+use idempotency_test_support::poll;
 use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
 
@@ -99,20 +100,17 @@ fn lines(text: &str) -> Vec<String> {
 /// Waits until the proxy holds `key` in flight, as the admin endpoint shows it: the command run
 /// in the background has reached the upstream, so the next one is its duplicate.
 async fn until_in_flight(admin: &TestClient, key: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let record = admin
-            .send("GET", &format!("/keys/default/{key}"), &[], "")
-            .await;
-        if record.status == 200 && record.json()["state"] == "in_flight" {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{key} never got in flight: {record:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let path = format!("/keys/default/{key}");
+    let in_flight = async || {
+        let record = admin.send("GET", &path, &[], "").await;
+        record.status == 200 && record.json()["state"] == "in_flight"
+    };
+    poll::until(
+        Duration::from_secs(10),
+        format!("{key} in flight"),
+        in_flight,
+    )
+    .await;
 }
 
 /// The key a tour command sends (`-H 'Idempotency-Key: KEY'`).

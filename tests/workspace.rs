@@ -8,17 +8,20 @@ use std::path::Path;
 use std::process::Command;
 
 /// The library crates a service may depend on, by package name.
-const LIBRARIES: [&str; 3] = [
+const LIBRARIES: [&str; 4] = [
     "idempotency-core",
     "idempotency-redis-store",
     "idempotency-file-store",
+    "idempotency-postgres",
 ];
 
 /// Crates the core must never pull in: store clients, TLS, the command line, the Prometheus
 /// exporter, the server side of HTTP, axum itself (the core uses only `axum-core`'s body).
-const NOT_IN_THE_CORE: [&str; 9] = [
+const NOT_IN_THE_CORE: [&str; 11] = [
     "redis",
     "redb",
+    "tokio-postgres",
+    "deadpool-postgres",
     "rustls",
     "tokio-rustls",
     "clap",

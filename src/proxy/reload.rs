@@ -9,7 +9,7 @@
 //! reload's outcome ([`ReloadState`]).
 //!
 //! This file decides whether a config may replace the running one, and records how each reload
-//! went. The swap itself is `Proxy::reload` in `proxy.rs`: it builds the generation
+//! went. The swap itself is `Proxy::reload` in `mod.rs`: it builds the generation
 //! (`generation.rs`), hands its app to `LiveApp::replace` (`server/live.rs`), which serves every
 //! request that arrives after, and tells the status page.
 

@@ -56,8 +56,15 @@ impl Slots {
             freed.as_mut().enable();
             replaced.as_mut().enable();
             let limit = live.current().limits.max_connections.max(1);
-            if self.take_below(limit) {
-                return Slot(self.clone());
+            match self.take_below(limit) {
+                Ok(()) => return Slot(self.clone()),
+                // At every refused look, also after a close or a reload: the line says the
+                // limit in force was looked at, and held the client back.
+                Err(open) => tracing::debug!(
+                    open,
+                    max_connections = limit,
+                    "connection limit reached; a client waits for a slot"
+                ),
             }
             tokio::select! {
                 () = freed => {}
@@ -66,13 +73,13 @@ impl Slots {
         }
     }
 
-    /// Counts one more connection if fewer than `limit` are open.
-    fn take_below(&self, limit: usize) -> bool {
+    /// Counts one more connection if fewer than `limit` are open; else how many are.
+    fn take_below(&self, limit: usize) -> Result<(), usize> {
         self.open
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |open| {
                 (open < limit).then_some(open + 1)
             })
-            .is_ok()
+            .map(drop)
     }
 }
 
@@ -94,7 +101,9 @@ mod tests {
         let slots = Arc::new(Slots::default());
         let taken: usize = std::thread::scope(|scope| {
             let takers: Vec<_> = (0..8)
-                .map(|_| scope.spawn(|| (0..1000).filter(|_| slots.take_below(100)).count()))
+                .map(|_| {
+                    scope.spawn(|| (0..1000).filter(|_| slots.take_below(100).is_ok()).count())
+                })
                 .collect();
             takers.into_iter().map(|t| t.join().unwrap()).sum()
         });

@@ -5,6 +5,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use super::client::TestClient;
+use super::poll;
 use super::signal;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_idempotency-proxy");
@@ -23,8 +24,19 @@ pub async fn start_binary_logging(
     extra: &[&str],
     stderr: impl Fn() -> Stdio,
 ) -> (tokio::process::Child, TestClient) {
+    start_binary_with_env(upstream, extra, stderr, &[]).await
+}
+
+/// Like [`start_binary_logging`], with `env` added to the process's environment (`RUST_LOG`,
+/// say).
+pub async fn start_binary_with_env(
+    upstream: &str,
+    extra: &[&str],
+    stderr: impl Fn() -> Stdio,
+    env: &[(&str, &str)],
+) -> (tokio::process::Child, TestClient) {
     for _ in 0..3 {
-        if let Some(started) = try_start(upstream, extra, stderr()).await {
+        if let Some(started) = try_start(upstream, extra, stderr(), env).await {
             return started;
         }
     }
@@ -35,6 +47,7 @@ async fn try_start(
     upstream: &str,
     extra: &[&str],
     stderr: Stdio,
+    env: &[(&str, &str)],
 ) -> Option<(tokio::process::Child, TestClient)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -45,20 +58,22 @@ async fn try_start(
     let mut child = tokio::process::Command::new(BIN)
         .args(["--upstream", upstream, "--listen", &listen])
         .args(extra)
+        .envs(env.iter().copied())
         .stderr(stderr)
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    for _ in 0..100 {
+    // Listening, or gone: `Some(false)` when the process ended first.
+    let started = async || {
         if child.try_wait().unwrap().is_some() {
-            return None;
+            return Some(false);
         }
-        if tokio::net::TcpStream::connect(&listen).await.is_ok() {
-            return Some((child, TestClient::new(listen.parse().unwrap())));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the proxy did not listen on {listen}");
+        let connected = tokio::net::TcpStream::connect(&listen).await.is_ok();
+        connected.then_some(true)
+    };
+    let what = format!("the proxy listening on {listen}");
+    let listening = poll::until(Duration::from_secs(10), what, started).await;
+    listening.then(|| (child, TestClient::new(listen.parse().unwrap())))
 }
 
 /// The binary in front of `upstream` with the config file at `config`, the memory store and
@@ -68,6 +83,16 @@ pub async fn start_with_admin(
     upstream: &str,
     config: &Path,
     stderr: impl Fn() -> Stdio,
+) -> (tokio::process::Child, TestClient, TestClient) {
+    start_with_admin_env(upstream, config, stderr, &[]).await
+}
+
+/// Like [`start_with_admin`], with `env` added to the process's environment.
+pub async fn start_with_admin_env(
+    upstream: &str,
+    config: &Path,
+    stderr: impl Fn() -> Stdio,
+    env: &[(&str, &str)],
 ) -> (tokio::process::Child, TestClient, TestClient) {
     let admin_addr = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -82,7 +107,7 @@ pub async fn start_with_admin(
         "--admin-listen",
         &admin,
     ];
-    let (child, client) = start_binary_logging(upstream, &flags, stderr).await;
+    let (child, client) = start_binary_with_env(upstream, &flags, stderr, env).await;
     (child, client, TestClient::new(admin_addr))
 }
 

@@ -7,6 +7,7 @@
 pub mod binary;
 pub mod grpc;
 pub mod inbox_upstream;
+pub mod logs;
 pub mod markdown;
 pub mod proxy;
 pub mod raw;

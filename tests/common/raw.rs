@@ -1,6 +1,8 @@
 //! HTTP/1.1 over a bare socket, for tests that send what a client library would not, or that
 //! watch a connection itself (whether it is answered, or closed).
 
+use std::io;
+use std::mem::MaybeUninit;
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
@@ -29,6 +31,13 @@ pub async fn read_response(stream: &mut TcpStream, wait: Duration) -> Option<(u1
     let text = timeout(wait, read).await.ok()??;
     let status = text.get(9..12)?.parse().ok()?;
     Some((status, text))
+}
+
+/// Whether nothing has come back on `stream` yet, neither a byte nor its close: a look at the
+/// socket itself, now, not a wait (tokio's own reads only see what its reactor has noticed).
+pub fn unanswered(stream: &TcpStream) -> bool {
+    let peeked = socket2::SockRef::from(stream).peek(&mut [MaybeUninit::new(0u8)]);
+    matches!(peeked, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 /// The text of one whole response, once `bytes` hold its head and as much body as its

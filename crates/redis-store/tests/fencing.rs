@@ -8,11 +8,11 @@ use std::time::Duration;
 use idempotency_core::model::{CompletedRecord, Record};
 use idempotency_core::store::{Fenced, Store};
 use idempotency_redis_store::{FenceCommand, FenceCommands, RedisStore};
+use idempotency_test_support::poll;
 use idempotency_test_support::records::{acquire, key, outcome, small_body};
 use idempotency_test_support::redis::connection_to;
 use idempotency_test_support::redis_server::{RedisServer, Server};
 use redis::aio::MultiplexedConnection;
-use tokio::time::Instant;
 
 const LONG: Duration = Duration::from_secs(30);
 const SHORT: Duration = Duration::from_millis(150);
@@ -44,19 +44,15 @@ async fn command_stats(conn: &mut MultiplexedConnection) -> HashMap<String, (u64
 
 /// Waits until the key named `name` is gone from the server, as a lease running out removes it.
 async fn until_expired(conn: &mut MultiplexedConnection, name: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
+    let gone = async || {
         let exists: bool = redis::cmd("EXISTS")
             .arg(name)
-            .query_async(conn)
+            .query_async(&mut *conn)
             .await
             .unwrap();
-        if !exists {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{name} did not expire");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        !exists
+    };
+    poll::until(Duration::from_secs(5), format!("{name} expired"), gone).await;
 }
 
 /// One of each fenced write, each answered `Applied`: a holder renews and completes

@@ -48,6 +48,8 @@ pub struct PostgresServer {
     dir: PathBuf,
     port: u16,
     durable: bool,
+    /// Whether the server offers TLS (`ssl = on`, with `server.crt` and `server.key` in `dir`).
+    tls: bool,
     child: Option<Child>,
 }
 
@@ -63,9 +65,23 @@ impl PostgresServer {
         Self::start_with(true).await
     }
 
+    /// Like [`start`](Self::start), offering TLS with this PEM certificate chain and key;
+    /// plain connections are still accepted.
+    pub async fn start_tls(certificate_pem: &str, key_pem: &str) -> Option<PostgresServer> {
+        let bin = binaries()?;
+        let dir = init_cluster(&bin);
+        write_owned(&dir.join("server.crt"), certificate_pem);
+        write_owned(&dir.join("server.key"), key_pem);
+        Self::start_in(bin, dir, false, true).await
+    }
+
     async fn start_with(durable: bool) -> Option<PostgresServer> {
         let bin = binaries()?;
         let dir = init_cluster(&bin);
+        Self::start_in(bin, dir, durable, false).await
+    }
+
+    async fn start_in(bin: PathBuf, dir: PathBuf, durable: bool, tls: bool) -> Option<Self> {
         let mut last_error = String::new();
         for _ in 0..PORT_ATTEMPTS {
             let mut server = PostgresServer {
@@ -73,6 +89,7 @@ impl PostgresServer {
                 dir: dir.clone(),
                 port: free_port(),
                 durable,
+                tls,
                 child: None,
             };
             match server.spawn().await {
@@ -231,6 +248,9 @@ impl PostgresServer {
             format!("unix_socket_directories={}", self.dir.display()),
             "max_connections=200".to_owned(),
         ];
+        if self.tls {
+            settings.push("ssl=on".to_owned());
+        }
         if !self.durable {
             settings.extend(["fsync=off".to_owned(), "full_page_writes=off".to_owned()]);
         }
@@ -368,6 +388,22 @@ fn init_cluster(bin: &Path) -> PathBuf {
         String::from_utf8_lossy(&output.stderr)
     );
     dir
+}
+
+/// Writes `text` to `path`, readable only by the user the server runs as (PostgreSQL refuses a
+/// key file others can read).
+fn write_owned(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).expect("write a file of the cluster");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+    if running_as_root() {
+        let owned = Command::new("chown")
+            .arg("postgres:postgres")
+            .arg(path)
+            .status()
+            .expect("run chown");
+        assert!(owned.success(), "chown postgres {} failed", path.display());
+    }
 }
 
 /// `program`, run as the `postgres` user when this process is root (through `setpriv`, which

@@ -1,7 +1,8 @@
 //! The life of one request (docs/reference.md#the-life-of-a-request), top to bottom: admit it (steps 1 to 3, `admit.rs`),
 //! reserve its scoped key in one store operation (step 4), then run it (step 5, `execute.rs`),
 //! replay the stored answer (step 6, `replay.rs`), wait for the first request, or refuse. Every
-//! request ends in one log line and one count (`telemetry.rs`).
+//! request ends in one count and one call of the route's observer (`metrics.rs`): in the proxy,
+//! its log line.
 
 use std::sync::Arc;
 use std::time::Duration;

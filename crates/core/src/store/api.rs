@@ -2,9 +2,10 @@
 //! operations answer, and how they fail.
 //!
 //! The trait is small and object-safe so a proxy can pick a backend at start-up and a test suite
-//! can run the same cases against every one (`tests/store_suite.rs`). Each operation is one
-//! atomic step in the backend: `reserve` never reads and then writes, and `complete`, `renew`
-//! and `release` only act while the caller's fencing token is still the current one.
+//! can run the same cases against every one (the test-support crate's `store_suite!`). Each
+//! operation is one atomic step in the backend: `reserve` never reads and then writes, and
+//! `complete`, `renew` and `release` only act while the caller's fencing token is still the
+//! current one.
 
 use std::fmt;
 use std::time::Duration;
