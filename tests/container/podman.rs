@@ -7,6 +7,7 @@
 //! say SKIPPED and pass, unless `REQUIRE_PODMAN=1` (as `.ci/test` sets it).
 #![allow(unreachable_pub)]
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -93,10 +94,16 @@ fn skip<T>(why: &str) -> Option<T> {
         std::env::var("REQUIRE_PODMAN").as_deref() != Ok("1"),
         "REQUIRE_PODMAN=1 but {why}"
     );
-    eprintln!(
+    say(&format!(
         "\n*** SKIPPED: {why}; the image was not built and run (.ci/setup installs podman) ***\n"
-    );
+    ));
     None
+}
+
+/// Writes `line` to the process's standard error, where a passing test's `eprintln!` would be
+/// captured and never shown.
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// The repositories the tests tag their images in; each test process tags its own
@@ -135,7 +142,7 @@ fn build_images() -> Images {
     let bytes: u64 = ok(&["image", "inspect", "--format", "{{.Size}}", &images.proxy])
         .parse()
         .unwrap();
-    println!("the proxy's image: {:.1} MB", bytes as f64 / 1e6);
+    say(&format!("the proxy's image: {:.1} MB", bytes as f64 / 1e6));
     images
 }
 
@@ -192,7 +199,31 @@ fn build(context: &Path, tag: &str, target: Option<&str>) -> Vec<String> {
 /// dependencies' features along); its path.
 fn release_binary(kind: &str, name: &str) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_owned());
-    let output = Command::new(cargo)
+    let mut build = Command::new(cargo);
+    // The variables cargo set for this test, which a shell's cargo does not have: build scripts
+    // that watch one (ring's watch CARGO_PKG_NAME) would run again, and the build after this one
+    // (the fault campaign's `cargo build --release`) would compile their crates a second time.
+    for (variable, _) in std::env::vars_os() {
+        let variable = variable.to_string_lossy();
+        let per_package = [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+        ]
+        .iter()
+        .any(|prefix| variable.starts_with(prefix));
+        let per_run = [
+            "CARGO",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_TARGET_TMPDIR",
+            "OUT_DIR",
+        ];
+        if per_package || per_run.contains(&&*variable) {
+            build.env_remove(&*variable);
+        }
+    }
+    let output = build
         .args(["build", "--release", "--message-format=json", kind, name])
         .current_dir(repo())
         .stderr(std::process::Stdio::inherit())
