@@ -15,6 +15,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::config::{self, LogFormat, Overrides};
+use crate::proxy::StartError;
 use crate::{logging, proxy};
 
 /// A reverse proxy that makes unsafe HTTP requests safe to retry with `Idempotency-Key`.
@@ -62,6 +63,25 @@ pub(crate) struct Cli {
     /// Validate the configuration, print the effective config, and exit (0 if valid, else 2).
     #[arg(long)]
     check: bool,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// What the binary can do besides proxying.
+#[derive(Debug, Clone, clap::Subcommand)]
+enum Command {
+    /// Print the SQL that creates an outbox table: the table, its indexes, the trigger that
+    /// keeps each aggregate in commit order, and optionally one that wakes the relay.
+    OutboxSchema {
+        /// The table, `table` or `schema.table`.
+        #[arg(long, value_name = "NAME", default_value = "outbox")]
+        table: String,
+        /// Also a trigger that notifies this channel on every insert (the relay's
+        /// notify_channel).
+        #[arg(long, value_name = "CHANNEL")]
+        notify_channel: Option<String>,
+    },
 }
 
 impl Cli {
@@ -84,6 +104,13 @@ impl Cli {
 /// Exit status 2 for a bad flag or config, with one line saying why.
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::OutboxSchema {
+        table,
+        notify_channel,
+    }) = &cli.command
+    {
+        return outbox_schema(table, notify_channel.as_deref());
+    }
     let settings = match config::load(&cli.overrides()) {
         Ok(settings) => settings,
         Err(e) => {
@@ -98,9 +125,28 @@ pub fn run() -> ExitCode {
     let _logging = logging::init(settings.log_format);
     match proxy::run(settings, cli.overrides()) {
         Ok(()) => ExitCode::SUCCESS,
+        // A table the relay cannot use is a bad config, found at start.
+        Err(e @ StartError::OutboxTable(_)) => {
+            eprintln!("idempotency-proxy: {e}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("idempotency-proxy: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `outbox-schema`: the DDL on stdout, or exit 2 for a table name that cannot be one.
+fn outbox_schema(table: &str, notify_channel: Option<&str>) -> ExitCode {
+    match idempotency_outbox::TableName::new(table) {
+        Ok(table) => {
+            print!("{}", idempotency_outbox::schema_sql(&table, notify_channel));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("idempotency-proxy: --table: {e}");
+            ExitCode::from(2)
         }
     }
 }

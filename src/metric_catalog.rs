@@ -7,6 +7,9 @@ use idempotency_core::idempotency::metrics::{
     FAIL_OPEN_TOTAL, IN_FLIGHT, REQUESTS_TOTAL, STORE_SECONDS, STORE_UNAVAILABLE_TOTAL,
     UPSTREAM_SECONDS,
 };
+use idempotency_outbox::{
+    ATTEMPTS_TOTAL, BLOCKED_AGGREGATES, DELIVERY_SECONDS, OLDEST_PENDING_SECONDS, PENDING,
+};
 
 /// What kind of series a metric is, as Prometheus names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +117,36 @@ pub const METRICS: &[Metric] = &[
         MetricKind::Histogram,
         &["route"],
         "Inbox delivery attempt latency",
+    ),
+    metric(
+        ATTEMPTS_TOTAL,
+        MetricKind::Counter,
+        &["outbox", "result"],
+        "Outbox delivery attempts by result: delivered, failed, dead",
+    ),
+    metric(
+        PENDING,
+        MetricKind::Gauge,
+        &["outbox"],
+        "Outbox rows waiting for an attempt, counted when scraped",
+    ),
+    metric(
+        OLDEST_PENDING_SECONDS,
+        MetricKind::Gauge,
+        &["outbox"],
+        "Age of the oldest outbox row neither delivered nor dead, counted when scraped",
+    ),
+    metric(
+        BLOCKED_AGGREGATES,
+        MetricKind::Gauge,
+        &["outbox"],
+        "Aggregates whose later outbox rows wait behind a dead row, counted when scraped",
+    ),
+    metric(
+        DELIVERY_SECONDS,
+        MetricKind::Histogram,
+        &["outbox"],
+        "Outbox rows from their commit (created_at) to their delivery",
     ),
     metric(
         CONFIG_RELOADS_TOTAL,

@@ -1,4 +1,5 @@
-//! Picking the route for a request: longest `path_prefix`, and `host` where a route sets it.
+//! Picking the route for a request: longest `path_prefix`, and `host` where a route sets it;
+//! a request no route takes is refused here ([`refusal`]), in gRPC's terms for a gRPC call.
 //!
 //! Each route owns its own stack (idempotency layer over the upstream), built once at start-up,
 //! so the per-request work here is a scan of a short list; the stack is called in place, not
@@ -17,6 +18,7 @@ use tower::Service;
 
 use crate::upstream::Upstream;
 use idempotency_core::error::ProxyError;
+use idempotency_core::grpc::{self, GrpcCall};
 use idempotency_core::idempotency::{IdempotencyService, ResponseFuture};
 
 /// The stack a route runs: the idempotency layer in front of the forwarding client.
@@ -81,9 +83,21 @@ impl Router {
     pub(crate) fn route(&self, request: Request<Incoming>) -> RouterFuture {
         match self.select(&request) {
             Some(route) => RouterFuture::Routed(route.service.serve(request)),
-            None => RouterFuture::answered(ProxyError::NoRoute.into_response()),
+            None => RouterFuture::answered(refusal(&request, ProxyError::NoRoute)),
         }
     }
+}
+
+/// The proxy's refusal of a request before any route's stack has it (no route, ambiguous
+/// framing). A gRPC call gets it as a gRPC error (docs/grpc.md#statuses), the status its client
+/// reads, as no route's layer is there to say the route speaks gRPC; anything else gets a
+/// problem document.
+pub(crate) fn refusal<B>(request: &Request<B>, error: ProxyError) -> Response<Body> {
+    let mut response = error.into_response();
+    if grpc::is_call(request.headers()) {
+        response.extensions_mut().insert(GrpcCall);
+    }
+    response
 }
 
 /// The answer of [`Router`]: the route's, or one made without a route.

@@ -20,11 +20,13 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     // Leaves: per-thread slots, the framing guard, logging, TLS files, the store choice.
     &["thread_slot", "framing", "logging", "tls", "store"],
-    // The upstream client; the status page's view of routes and inboxes.
-    &["upstream", "status"],
-    // What each request reports; the inbox delivery workers; the router over routes.
-    &["telemetry", "inbox", "router"],
-    // The config (which reads inbox delivery settings); the metric catalog.
+    // The upstream client; the status page's view of routes and inboxes; gauges read when
+    // scraped.
+    &["upstream", "status", "scraped"],
+    // What each request reports; the inbox delivery workers and the outbox relays; the router
+    // over routes.
+    &["telemetry", "inbox", "outbox", "router"],
+    // The config (which reads inbox delivery and outbox settings); the metric catalog.
     &["config", "metric_catalog"],
     // The listener and connections; the admin endpoints.
     &["server", "admin"],

@@ -256,10 +256,13 @@ async fn no_more_than_deliver_concurrency_attempts_at_once() {
     proxy.shutdown().await;
 }
 
-#[tokio::test]
-async fn no_more_than_deliver_rate_attempts_start_in_any_second() {
+/// Ten deliveries accepted at once on a route with `deliver_rate = 5`: the upstream, which
+/// counts arrivals as a receiver's own limiter does, sees them at least 200 ms apart, never six
+/// within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliver_rate_paces_the_arrivals_at_the_upstream() {
     let upstream = InboxUpstream::start().await;
-    let proxy = inbox_proxy(&upstream.url(), "deliver_rate = 4").await;
+    let proxy = inbox_proxy(&upstream.url(), "deliver_rate = 5").await;
     for n in 0..10 {
         assert_eq!(
             hook(&proxy.client, &format!("r{n}"), "{}").await.status,
@@ -267,7 +270,7 @@ async fn no_more_than_deliver_rate_attempts_start_in_any_second() {
         );
     }
     upstream.until(WAIT, "every key", |u| u.keys() == 10).await;
-    upstream.assert_at_most_per_second(4);
+    upstream.assert_paced(5);
     proxy.shutdown().await;
 }
 
@@ -345,8 +348,82 @@ async fn the_oldest_pending_age_is_told_to_the_millisecond() {
     let answer = proxy.admin.send("GET", "/inbox/aged", &[], "").await;
     let reported = answer.json()["oldest_pending_seconds"].as_f64().unwrap();
     age_within(reported, asked, Instant::now());
-    // The gauge is set as the worker counts the queues: at its start, then every 2 s.
-    let gauge = poll::until(WAIT, "the gauge set", async || oldest_gauge(&proxy).await).await;
-    age_within(gauge, queued, Instant::now());
+    // The gauge is counted when scraped, so it is there from the first scrape.
+    let asked = Instant::now();
+    let gauge = oldest_gauge(&proxy)
+        .await
+        .expect("the gauge, from the first scrape");
+    age_within(gauge, asked, Instant::now());
+    proxy.shutdown().await;
+}
+
+/// The value of `metric` for route `hooks` on `/metrics`, if it has one.
+async fn hooks_gauge(proxy: &TestProxy, metric: &str) -> Option<f64> {
+    let metrics = proxy.admin.send("GET", "/metrics", &[], "").await;
+    assert_eq!(metrics.status, 200);
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    let line = format!("{metric}{{route=\"hooks\"}} ");
+    let value = text.lines().find_map(|l| l.strip_prefix(line.as_str()))?;
+    Some(value.trim().parse().unwrap())
+}
+
+/// Reads `/metrics` between two reads of `GET /inbox/hooks`, which must agree on the queues:
+/// the pending gauge says what both say, and the oldest age is between theirs.
+async fn gauges_agree(proxy: &TestProxy, pending: u64, in_flight: u64) {
+    let before = queues(proxy).await;
+    let gauge = hooks_gauge(proxy, "idempotency_inbox_pending").await;
+    let oldest = hooks_gauge(proxy, "idempotency_inbox_oldest_pending_seconds").await;
+    let after = queues(proxy).await;
+    for counted in [&before, &after] {
+        assert_eq!(
+            (counted["pending"].as_u64(), counted["in_flight"].as_u64()),
+            (Some(pending), Some(in_flight)),
+            "{counted}"
+        );
+    }
+    assert_eq!(
+        gauge,
+        Some(pending as f64),
+        "the pending gauge, with {after}"
+    );
+    let (low, high) = (
+        before["oldest_pending_seconds"].as_f64().unwrap(),
+        after["oldest_pending_seconds"].as_f64().unwrap(),
+    );
+    let oldest = oldest.expect("the oldest pending age gauge");
+    assert!(
+        (low..=high).contains(&oldest),
+        "the oldest age gauge says {oldest}, the admin view {low} then {high}"
+    );
+}
+
+/// With one attempt at a time and the upstream holding its answers, the queues change only
+/// when the test lets an answer go; right after each change the gauges say what
+/// `GET /inbox/{route}` says.
+#[tokio::test]
+async fn the_queue_gauges_agree_with_the_admin_view_whenever_metrics_are_read() {
+    let upstream = InboxUpstream::start().await;
+    upstream.hold();
+    let proxy = inbox_proxy(&upstream.url(), "deliver_concurrency = 1").await;
+    for n in 0..3 {
+        assert_eq!(
+            hook(&proxy.client, &format!("g{n}"), "{}").await.status,
+            202
+        );
+    }
+    for delivered in 0..3 {
+        let arrived = delivered + 1;
+        let what = format!("attempt {arrived} at the upstream");
+        upstream.until(WAIT, &what, |u| u.keys() == arrived).await;
+        let waiting = (2 - delivered) as u64;
+        until_queues(&proxy, "the admin view to follow", |q| {
+            q["pending"] == waiting && q["in_flight"] == 1
+        })
+        .await;
+        gauges_agree(&proxy, waiting, 1).await;
+        upstream.release(1);
+    }
+    until_queues(&proxy, "the queue to drain", drained).await;
+    gauges_agree(&proxy, 0, 0).await;
     proxy.shutdown().await;
 }

@@ -1,5 +1,5 @@
 //! Inbox routes and the rest of the proxy: a reload turns a route into an inbox and back,
-//! its delivery worker following, keeps `deliver_rate` counting the attempts started before
+//! its delivery worker following, keeps the `deliver_rate` pace of the attempts sent before
 //! it, and is refused on a store that keeps no inbox queues; and with encryption at rest the
 //! store holds no stored request, and no raw key, in clear.
 
@@ -84,7 +84,7 @@ async fn a_reload_turns_a_route_into_an_inbox_and_back() {
 }
 
 #[tokio::test]
-async fn a_reload_keeps_counting_the_attempts_deliver_rate_let_start_before_it() {
+async fn a_reload_keeps_the_pace_of_the_attempts_sent_before_it() {
     let upstream = InboxUpstream::start().await;
     let file = TempPath::new("inbox-rate.toml");
     let config = |timeout: &str| {
@@ -103,12 +103,13 @@ async fn a_reload_keeps_counting_the_attempts_deliver_rate_let_start_before_it()
     upstream
         .until(WAIT, "five attempts", |u| u.keys() >= 5)
         .await;
-    // Another policy for the route, the same rate: the five just started still count.
+    // Another policy for the route, the same rate: the next attempt is spaced from the last
+    // one sent before the reload.
     std::fs::write(file.path(), config("20s")).unwrap();
     let reloaded = proxy.admin.send("POST", "/reload", &[], "").await;
     assert_eq!(reloaded.status, 200, "{reloaded:?}");
     upstream.until(WAIT, "every key", |u| u.keys() == 10).await;
-    upstream.assert_at_most_per_second(5);
+    upstream.assert_paced(5);
     proxy.shutdown().await;
 }
 

@@ -118,13 +118,13 @@ fn accepted_keys(probe: &str, table: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The reference's config keys by where they may be written: `top level`, `defaults`, `route`
-/// or `verify table`, as its column `in` says.
+/// The reference's config keys by where they may be written: `top level`, `defaults`, `route`,
+/// `verify table` or `outbox`, as its column `in` says.
 fn named_keys() -> BTreeMap<&'static str, BTreeSet<String>> {
     let header = ["key", "in", "type", "default", "reload", "meaning"];
     let mut keys: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     for row in tables(&header).into_iter().flat_map(|table| table.rows) {
-        let placed = ["top level", "defaults", "route", "verify table"]
+        let placed = ["top level", "defaults", "route", "verify table", "outbox"]
             .into_iter()
             .filter(|place| row[1].split(", ").any(|written| written == *place));
         let mut placed = placed.peekable();
@@ -148,6 +148,7 @@ fn every_config_key_the_loader_accepts_is_in_the_reference_and_no_other() {
             "verify.toml",
             "[defaults.verify]\nscheme = \"github\"\nsecret = \"env:HOME\"",
         ),
+        ("outbox", "outbox.toml", "[[outboxes]]"),
     ];
     for (place, probe, table) in probes {
         let accepted = accepted_keys(probe, table);
@@ -180,8 +181,9 @@ fn same_value(printed: &toml::Value, written: &toml::Value) -> bool {
 #[test]
 fn the_defaults_the_reference_gives_are_what_check_prints() {
     // One inbox route, so that the inbox keys are printed too; the route `default` has nothing
-    // set but its upstream, so every policy key it prints is a default.
-    let text = "upstream = \"http://127.0.0.1:9\"\n[[routes]]\nname = \"probe\"\npath_prefix = \"/probe\"\nupstream = \"http://127.0.0.1:9\"\nmode = \"inbox\"\n";
+    // set but its upstream, so every policy key it prints is a default. One outbox with only
+    // what it needs, for the outbox keys.
+    let text = "upstream = \"http://127.0.0.1:9\"\n[[routes]]\nname = \"probe\"\npath_prefix = \"/probe\"\nupstream = \"http://127.0.0.1:9\"\nmode = \"inbox\"\n[[outboxes]]\nname = \"probe\"\ndatabase = \"postgres://u@h/d\"\ndeliver_to = \"http://127.0.0.1:9/\"\n";
     let output = run(&[
         "--config",
         &config_file("defaults-printed.toml", text),
@@ -195,6 +197,7 @@ fn the_defaults_the_reference_gives_are_what_check_prints() {
         found.unwrap().as_table().unwrap().clone()
     };
     let (default_route, inbox_route) = (route("default"), route("probe"));
+    let outbox = printed["outboxes"][0].as_table().unwrap().clone();
     let header = ["key", "in", "type", "default", "reload", "meaning"];
     let mut compared = 0;
     for row in tables(&header).into_iter().flat_map(|table| table.rows) {
@@ -209,6 +212,8 @@ fn the_defaults_the_reference_gives_are_what_check_prints() {
         };
         let value = if row[1] == "top level" {
             printed.get(&key)
+        } else if row[1] == "outbox" {
+            outbox.get(&key)
         } else {
             default_route.get(&key).or(inbox_route.get(&key))
         };
@@ -221,7 +226,7 @@ fn the_defaults_the_reference_gives_are_what_check_prints() {
             compared += 1;
         }
     }
-    assert!(compared >= 30, "only {compared} defaults were compared");
+    assert!(compared >= 45, "only {compared} defaults were compared");
 }
 
 #[test]

@@ -15,9 +15,11 @@ use std::time::Duration;
 
 use common::client::TestClient;
 use common::proxy::TestProxy;
+use common::temp::TempPath;
 use common::upstream::TestUpstream;
 use idempotency_core::model::{IdempotencyKey, RouteName, ScopedKey};
-use idempotency_proxy::store::MemoryStore;
+use idempotency_proxy::store::{MemoryStore, StoreError};
+use idempotency_proxy::{InboxQueues, InboxStats};
 
 const OUTCOMES: [&str; 7] = [
     "forwarded",
@@ -313,6 +315,78 @@ async fn with_an_admin_token_the_page_asks_for_it_before_showing_anything() {
         !dom.contains("token-payments"),
         "and shows no route before it has one"
     );
+}
+
+/// Queues that stay as they are, so the age the page shows can be known in advance.
+#[derive(Debug)]
+struct Waited(Duration);
+
+#[async_trait::async_trait]
+impl InboxStats for Waited {
+    async fn queues(&self) -> Result<InboxQueues, StoreError> {
+        Ok(InboxQueues {
+            pending: 1,
+            in_flight: 0,
+            dead: 0,
+            oldest_pending: self.0,
+        })
+    }
+}
+
+/// What the inbox section of `route`'s card says, from its start to the end of the section.
+fn inbox_text(dom: &str, route: &str) -> Option<String> {
+    let at = dom.find(&format!("data-inbox=\"{route}\""))?;
+    let section = &dom[at..];
+    let end = section.find("</div>")?;
+    let text = section[..end]
+        .split('<')
+        .filter_map(|part| part.split_once('>'));
+    Some(text.map(|(_, text)| text).collect())
+}
+
+/// The oldest pending age is shown as precisely as `/inbox/{route}` and the gauge carry it
+/// where that matters (under ten seconds, to the tenth), then in whole seconds, minutes and
+/// hours, never rounded up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_oldest_pending_age_is_shown_as_the_api_tells_it() {
+    let upstream = TestUpstream::start().await;
+    let shown = [
+        ("age-none", 0, "0 s"),
+        ("age-short", 700, "0.7 s"),
+        ("age-tenths", 9_960, "9.9 s"),
+        ("age-seconds", 12_400, "12 s"),
+        ("age-minutes", 192_500, "3 min 12 s"),
+        ("age-whole-minutes", 180_000, "3 min"),
+        ("age-hours", 11_130_000, "3 h 5 min"),
+    ];
+    let mut toml = String::from("store = \"memory\"\n");
+    for (n, (route, _, _)) in shown.iter().enumerate() {
+        toml.push_str(&format!(
+            "[[routes]]\nname = \"{route}\"\npath_prefix = \"/{n}/\"\nupstream = \"{}\"\n",
+            upstream.url()
+        ));
+    }
+    let file = TempPath::new("status-page-ages.toml");
+    std::fs::write(file.path(), toml).unwrap();
+    let (test_proxy, proxy) = TestProxy::from_file(file.path(), Arc::new(MemoryStore::new())).await;
+    for (route, ms, _) in shown {
+        let waited = Arc::new(Waited(Duration::from_millis(ms)));
+        proxy
+            .status()
+            .set_inbox(&RouteName::new(route).unwrap(), waited);
+    }
+    let Some(browser) = chromium() else { return };
+    let url = format!("http://{}/", test_proxy.admin_addr);
+    let dom = chromium_run(&browser, &url, "--dump-dom").await;
+    let wrong: Vec<_> = shown
+        .iter()
+        .filter_map(|(route, _, age)| {
+            let text = inbox_text(&dom, route).unwrap_or_else(|| panic!("no {route}:\n{dom}"));
+            let right = text.ends_with(&format!("oldest pending {age}"));
+            (!right).then(|| format!("{route}: {text:?}, not {age:?}"))
+        })
+        .collect();
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
 /// The counter of requests refused because the store failed, for `route`.

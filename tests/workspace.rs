@@ -8,11 +8,12 @@ use std::path::Path;
 use std::process::Command;
 
 /// The library crates a service may depend on, by package name.
-const LIBRARIES: [&str; 4] = [
+const LIBRARIES: [&str; 5] = [
     "idempotency-core",
     "idempotency-redis-store",
     "idempotency-file-store",
     "idempotency-postgres",
+    "idempotency-outbox",
 ];
 
 /// Crates the core must never pull in: store clients, TLS, the command line, the Prometheus

@@ -28,6 +28,8 @@ use axum::Json;
 use serde_json::json;
 
 use crate::config::ConfigError;
+use crate::outbox::Outboxes;
+use crate::scraped::ScrapedGauges;
 use crate::status::Status;
 use crate::store::Store;
 use idempotency_core::error::ProxyError;
@@ -59,10 +61,15 @@ struct AdminState {
     view: Arc<ArcSwap<AdminView>>,
     reload: Arc<dyn Reload>,
     metrics: MetricsHandle,
+    /// Gauges counted in the store, read right before each render.
+    scraped: ScrapedGauges,
     status: Arc<Status>,
+    /// The outbox relays: whether each can do its work (`/readyz`).
+    outboxes: Arc<Outboxes>,
 }
 
-/// The admin routes, over the running config's `view`. With a token, `/metrics`, `/status`,
+/// The admin routes, over the running config's `view`, with the gauges `scraped` reads for
+/// `/metrics`. With a token, `/metrics`, `/status`,
 /// `/keys`, `/inbox` and `/reload` require `Authorization: Bearer <token>`; `/healthz` and `/readyz`
 /// stay open for orchestrators' probes, and `/` (the status page) for browsers, as they reveal
 /// nothing: the page asks for the token and fetches its data from `/status`.
@@ -70,18 +77,19 @@ pub(crate) fn router(
     view: Arc<ArcSwap<AdminView>>,
     reload: Arc<dyn Reload>,
     status: Arc<Status>,
+    outboxes: Arc<Outboxes>,
+    scraped: ScrapedGauges,
 ) -> axum::Router {
     let state = AdminState {
         view,
         reload,
         metrics: metrics_handle(),
+        scraped,
         status,
+        outboxes,
     };
     let guarded = axum::Router::new()
-        .route(
-            "/metrics",
-            get(|State(s): State<AdminState>| async move { s.metrics.render() }),
-        )
+        .route("/metrics", get(render_metrics))
         .route("/status", get(page::status))
         .route(
             "/keys/{route}/{key}",
@@ -105,6 +113,13 @@ pub(crate) fn router(
         .route("/readyz", get(readyz))
         .merge(guarded)
         .with_state(state)
+}
+
+/// `GET /metrics`: the gauges counted in the store are read first, so that they say what the
+/// admin endpoints would say now (`crate::scraped`).
+async fn render_metrics(State(state): State<AdminState>) -> String {
+    state.scraped.read().await;
+    state.metrics.render()
 }
 
 async fn require_token(State(state): State<AdminState>, request: Request, next: Next) -> Response {
@@ -146,13 +161,19 @@ async fn reload_config(State(state): State<AdminState>) -> Response {
     }
 }
 
+/// `200 ready` while the store answers and every outbox relay does its work; else `503` with
+/// one line for each part that does not, naming the outbox.
 async fn readyz(State(state): State<AdminState>) -> Response {
     let store = state.view.load().store.clone();
-    match store.ping().await {
-        Ok(()) => (StatusCode::OK, "ready").into_response(),
-        Err(e) => {
-            tracing::warn!(error = %e, "readiness check: store unreachable");
-            (StatusCode::SERVICE_UNAVAILABLE, "store unreachable").into_response()
-        }
+    let mut unready = Vec::new();
+    if let Err(e) = store.ping().await {
+        tracing::warn!(error = %e, "readiness check: store unreachable");
+        unready.push("store unreachable".to_owned());
+    }
+    unready.extend(state.outboxes.unready());
+    if unready.is_empty() {
+        (StatusCode::OK, "ready").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, unready.join("\n")).into_response()
     }
 }

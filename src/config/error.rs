@@ -51,7 +51,7 @@ impl fmt::Display for ConfigError {
             } => write!(f, "{origin}:{line}: {reason}"),
             ConfigError::Flag { flag, reason } => write!(f, "{flag}: {reason}"),
             ConfigError::NoUpstream => f.write_str(
-                "no upstream: pass --upstream URL or set upstream/[[routes]] in the config",
+                "no upstream: pass --upstream URL or set upstream/[[routes]] (or [[outboxes]]) in the config",
             ),
             ConfigError::Unservable(reason) => f.write_str(reason),
         }

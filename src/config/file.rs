@@ -4,6 +4,8 @@
 //! here and are wrapped in `Spanned`, so that `resolve` can name the line of a bad value. The
 //! same structs serialize back, which is how `Settings::to_toml` prints the effective config.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
@@ -57,6 +59,64 @@ pub(super) struct RawFile {
     pub defaults: Option<PolicyTable>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<Spanned<RouteTable>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outboxes: Vec<Spanned<OutboxTable>>,
+}
+
+/// One `[[outboxes]]` table (docs/reference.md#outbox-keys): an outbox relay, as written.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct OutboxTable {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) name: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) database: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) table: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) deliver_to: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) topics: Option<Spanned<BTreeMap<String, String>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) method: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) signing_secret: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) poll_interval: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) notify_channel: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) deliver_concurrency: Option<Spanned<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) deliver_timeout: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) retry_initial: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) retry_max: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) max_attempts: Option<Spanned<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) max_age: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) lease: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) on_dead: Option<Spanned<OnDeadChoice>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) keep_delivered: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) upstream_ca: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) upstream_client_cert: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) upstream_client_key: Option<Spanned<String>>,
+}
+
+/// `on_dead`: what later rows of an aggregate do while an earlier one is dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum OnDeadChoice {
+    Skip,
+    Block,
 }
 
 /// What a `[[routes]]` table says besides policy: which requests it takes, and where they go.

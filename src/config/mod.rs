@@ -14,6 +14,7 @@ mod file;
 mod given;
 mod inbox;
 mod limits;
+mod outbox;
 mod policy;
 mod print;
 mod resolve;
@@ -33,7 +34,9 @@ mod tls_tests;
 pub use crate::tls::{ListenerTls, UpstreamTls};
 pub use error::ConfigError;
 pub use print::config_digest;
-pub use settings::{Limits, LogFormat, Overrides, RouteSettings, Settings, DEFAULT_LISTEN};
+pub use settings::{
+    Limits, LogFormat, OutboxSettings, Overrides, RouteSettings, Settings, DEFAULT_LISTEN,
+};
 
 /// Reads the config file the overrides name (if any) and merges the overrides over it.
 pub fn load(overrides: &Overrides) -> Result<Settings, ConfigError> {
@@ -75,3 +78,5 @@ fn read(overrides: &Overrides) -> Result<(String, String), ConfigError> {
 }
 #[cfg(test)]
 mod inbox_tests;
+#[cfg(test)]
+mod outbox_tests;

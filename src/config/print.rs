@@ -62,6 +62,7 @@ fn to_toml(settings: &Settings) -> String {
             .and_then(|t| unspanned(t.key_reference().to_owned())),
         defaults: None,
         routes: settings.routes.iter().map(route).collect(),
+        outboxes: super::outbox::print(&settings.outboxes),
         ..RawFile::default()
     };
     super::limits::print(&settings.limits, &mut raw);

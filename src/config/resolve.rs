@@ -54,7 +54,11 @@ pub(super) fn resolve(
         ("upstream", raw.upstream.as_ref()),
     );
     let tls = super::tls::listener(src, cli, (raw.tls_cert.as_ref(), raw.tls_key.as_ref()))?;
+    let outboxes = super::outbox::resolve(src, &raw.outboxes)?;
     let routes = routes(src, raw.routes, &defaults, upstream)?;
+    if routes.is_empty() && outboxes.is_empty() {
+        return Err(ConfigError::NoUpstream);
+    }
     Ok(Settings {
         listen: listen(src, cli, raw.listen.as_ref())?,
         admin_listen: admin_listen(src, cli, raw.admin_listen.as_ref())?,
@@ -75,6 +79,7 @@ pub(super) fn resolve(
         limits,
         tls,
         routes,
+        outboxes,
     })
 }
 
@@ -139,7 +144,8 @@ fn drain_timeout(src: &Source, file: Option<&Spanned<String>>) -> Result<Duratio
     })
 }
 
-/// The configured routes in file order, then `default` for the top-level upstream.
+/// The configured routes in file order, then `default` for the top-level upstream; none is
+/// a relay-only process, if it has outboxes.
 fn routes(
     src: &Source,
     tables: Vec<Spanned<RouteTable>>,
@@ -159,9 +165,6 @@ fn routes(
     }
     if let Some(given) = upstream {
         routes.push(default_route(src, &given, defaults, &names)?);
-    }
-    if routes.is_empty() {
-        return Err(ConfigError::NoUpstream);
     }
     Ok(routes)
 }

@@ -3,7 +3,8 @@
 //! bound once at start (a socket, an open store, the listener's protocol, the process's log
 //! writer, the serving threads), so a new value
 //! could only be pretended to: a reload that changes one is refused, naming the key and its
-//! line, and the running config stays.
+//! line, and the running config stays. So do the outbox relays, which hold their database and
+//! their leases from the start, and whether the process serves routes at all.
 
 use std::ops::Range;
 
@@ -20,6 +21,8 @@ pub(super) struct Positions {
     tls_cert: Option<Range<usize>>,
     log_format: Option<Range<usize>>,
     workers: Option<Range<usize>>,
+    outboxes: Option<Range<usize>>,
+    routes: Option<Range<usize>>,
 }
 
 impl Positions {
@@ -31,7 +34,35 @@ impl Positions {
             tls_cert: raw.tls_cert.as_ref().map(toml::Spanned::span),
             log_format: raw.log_format.as_ref().map(toml::Spanned::span),
             workers: raw.workers.as_ref().map(toml::Spanned::span),
+            outboxes: raw.outboxes.first().map(toml::Spanned::span),
+            routes: raw.routes.first().map(toml::Spanned::span),
         }
+    }
+}
+
+/// The outboxes as `--check` prints them, and their names.
+fn outboxes(settings: &Settings) -> (String, String) {
+    let tables = super::outbox::print(&settings.outboxes);
+    let printed = toml::to_string(&RawFile {
+        outboxes: tables,
+        ..RawFile::default()
+    });
+    let names: Vec<&str> = settings
+        .outboxes
+        .iter()
+        .map(|o| o.relay.name.as_str())
+        .collect();
+    (
+        printed.unwrap_or_default(),
+        format!("[{}]", names.join(", ")),
+    )
+}
+
+fn serving(settings: &Settings) -> &'static str {
+    if settings.routes.is_empty() {
+        "a relay-only process"
+    } else {
+        "routes"
     }
 }
 
@@ -87,7 +118,24 @@ pub(super) fn unchanged(
             running.workers.to_string(),
             new.workers.to_string(),
         ),
+        // A relay-only process binds no listener.
+        (
+            "routes",
+            &at.routes,
+            serving(running).to_owned(),
+            serving(new).to_owned(),
+        ),
     ];
+    // Each relay holds its database, its leases and its drain from the start.
+    let (was, now) = (outboxes(running), outboxes(new));
+    if was.0 != now.0 {
+        let span = at.outboxes.clone().unwrap_or(0..0);
+        let reason = format!(
+            "key \"outboxes\": {} -> {} (or their keys) needs a restart; the running config stays",
+            was.1, now.1
+        );
+        return Err(src.at(span, Some("outboxes"), reason));
+    }
     for (key, span, was, now) in keys {
         if was != now {
             // A key taken out of the file has no line of its own; the refusal points at the top.

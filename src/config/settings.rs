@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::inbox::policy::DeliveryPolicy;
 pub use crate::logging::LogFormat;
+pub use crate::outbox::OutboxSettings;
 use crate::store::{SealingKeys, StoreSpec};
 use crate::tls::{ListenerTls, UpstreamTls};
 use idempotency_core::idempotency::Policy;
@@ -66,8 +67,11 @@ pub struct Settings {
     /// The listener's certificate and key (`tls_cert`, `tls_key`): with them it speaks HTTPS
     /// only.
     pub tls: Option<ListenerTls>,
-    /// Configured routes in file order, then the route `default` if there is a top-level upstream.
+    /// Configured routes in file order, then the route `default` if there is a top-level
+    /// upstream. None in a relay-only process.
     pub routes: Vec<RouteSettings>,
+    /// The outbox relays (`[[outboxes]]`), in file order.
+    pub outboxes: Vec<OutboxSettings>,
 }
 
 /// One route: which requests it takes, where they go, and the policy applied to them.

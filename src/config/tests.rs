@@ -60,7 +60,7 @@ fn nothing_to_forward_to_is_refused() {
     assert_eq!(err, ConfigError::NoUpstream);
     assert_eq!(
         err.to_string(),
-        "no upstream: pass --upstream URL or set upstream/[[routes]] in the config"
+        "no upstream: pass --upstream URL or set upstream/[[routes]] (or [[outboxes]]) in the config"
     );
     assert_eq!(load_text("[defaults]\nttl = \"1h\"\n").unwrap_err(), err);
 }

@@ -59,20 +59,42 @@ fn reference(given: &Given) -> String {
 }
 
 /// Applies a `[defaults]` or `[[routes]]` table's upstream TLS keys over what the route
-/// inherits. A client certificate and its key are set together, in one table, so that each
-/// table's pair can be checked to match where it is written.
+/// inherits.
 pub(super) fn apply(
     src: &Source,
     inherited: &mut UpstreamTls,
     table: &PolicyTable,
 ) -> Result<(), ConfigError> {
-    if let Some(ca) = &table.upstream_ca {
+    let keys = UpstreamKeys {
+        ca: table.upstream_ca.as_ref(),
+        cert: table.upstream_client_cert.as_ref(),
+        key: table.upstream_client_key.as_ref(),
+    };
+    apply_keys(src, inherited, &keys)
+}
+
+/// A table's `upstream_ca`, `upstream_client_cert` and `upstream_client_key`.
+pub(super) struct UpstreamKeys<'a> {
+    pub(super) ca: Option<&'a Spanned<String>>,
+    pub(super) cert: Option<&'a Spanned<String>>,
+    pub(super) key: Option<&'a Spanned<String>>,
+}
+
+/// Applies the upstream TLS keys a table sets over `inherited`. A client certificate and its
+/// key are set together, in one table, so that each table's pair can be checked to match
+/// where it is written.
+pub(super) fn apply_keys(
+    src: &Source,
+    inherited: &mut UpstreamTls,
+    keys: &UpstreamKeys<'_>,
+) -> Result<(), ConfigError> {
+    if let Some(ca) = keys.ca {
         inherited
             .set_ca(ca.get_ref())
             .map_err(|reason| src.bad(ca, "upstream_ca", reason))?;
     }
     let alone = "set upstream_client_cert and upstream_client_key together, in one table";
-    match (&table.upstream_client_cert, &table.upstream_client_key) {
+    match (keys.cert, keys.key) {
         (None, None) => Ok(()),
         (Some(cert), None) => Err(src.bad(cert, "upstream_client_key", alone)),
         (None, Some(key)) => Err(src.bad(key, "upstream_client_cert", alone)),

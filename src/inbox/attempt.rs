@@ -1,17 +1,21 @@
 //! One delivery attempt: the stored request sent to the route's upstream, as the sender sent
 //! it, plus `Idempotency-Key` (the parsed key, so the upstream can deduplicate too) and
-//! `Delivery-Attempt` (which attempt this is). `deliver_timeout` bounds the whole exchange,
-//! the answer's body included.
+//! `Delivery-Attempt` (which attempt this is). Its connection is made ready first, then it
+//! waits for its turn in the route's `deliver_rate` (`rate.rs`) and goes. `deliver_timeout`
+//! bounds the whole exchange, the connection and the answer's body included, the wait for the
+//! turn not.
 
 use std::time::Duration;
 
 use axum::body::Body;
 use http::{HeaderName, HeaderValue, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use tower::ServiceExt;
+use tokio::time::{timeout, Instant};
 
 use super::policy::DeliveryPolicy;
-use crate::upstream::{ClientTls, Upstream};
+use super::rate::Turn;
+use crate::upstream::{ClientTls, Ready, Upstream};
+use idempotency_core::error::BoxError;
 use idempotency_core::model::{AttemptFailure, Delivery};
 
 static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -30,26 +34,69 @@ pub(crate) enum AttemptResult {
     Failed(AttemptFailure),
 }
 
-/// Sends `delivery` (its `attempts` naming this attempt) to `upstream`.
+/// An attempt's result, and how long it took without its wait for a turn.
+#[derive(Debug)]
+pub(crate) struct Attempted {
+    pub(crate) result: AttemptResult,
+    pub(crate) elapsed: Duration,
+}
+
+/// Sends `delivery` (its `attempts` naming this attempt) to `upstream` in its `turn`.
 pub(crate) async fn attempt(
     upstream: &Upstream,
     delivery: &Delivery,
     policy: &DeliveryPolicy,
-) -> AttemptResult {
-    let request = match request(delivery) {
-        Ok(request) => request,
-        Err(e) => return failed(None, format!("the stored request cannot be sent: {e}")),
+    turn: Turn,
+) -> Attempted {
+    let started = Instant::now();
+    let limit = policy.deliver_timeout;
+    let ready = match ready(upstream, delivery, limit).await {
+        Ok(ready) => ready,
+        // Not sent: the turn goes to the next attempt.
+        Err(result) => {
+            return Attempted {
+                result,
+                elapsed: started.elapsed(),
+            }
+        }
     };
+    let connecting = started.elapsed();
+    turn.wait().await;
+    let sent = Instant::now();
+    let result = exchange(ready, limit.saturating_sub(connecting), policy).await;
+    Attempted {
+        result,
+        elapsed: connecting + sent.elapsed(),
+    }
+}
+
+/// The request on its connection, or why the attempt failed without sending it.
+async fn ready(
+    upstream: &Upstream,
+    delivery: &Delivery,
+    limit: Duration,
+) -> Result<Ready, AttemptResult> {
+    let request = request(delivery)
+        .map_err(|e| failed(None, format!("the stored request cannot be sent: {e}")))?;
+    match timeout(limit, upstream.ready(request)).await {
+        Ok(Ok(ready)) => Ok(ready),
+        Ok(Err(e)) => Err(failed(None, format!("upstream unavailable: {e}"))),
+        Err(_) => Err(failed(None, timed_out(limit))),
+    }
+}
+
+/// Sends the request ready on its connection, and reads the answer within `limit`.
+async fn exchange(ready: Ready, limit: Duration, policy: &DeliveryPolicy) -> AttemptResult {
     let exchange = async {
-        let response = upstream.clone().oneshot(request).await?;
+        let response = ready.send().await?;
         let status = response.status();
         // Read to its end so the connection goes back to the pool; a long one is cut off.
         let _ = Limited::new(response.into_body(), DRAINED_BODY)
             .collect()
             .await;
-        Ok::<_, idempotency_core::error::BoxError>(status)
+        Ok::<_, BoxError>(status)
     };
-    match tokio::time::timeout(policy.deliver_timeout, exchange).await {
+    match timeout(limit, exchange).await {
         Ok(Ok(status)) if policy.delivered(status) => AttemptResult::Delivered(status),
         Ok(Ok(status)) => failed(
             Some(status),

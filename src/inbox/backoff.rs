@@ -1,83 +1,18 @@
-//! When a failed delivery is tried again: exponential backoff with full jitter.
-//!
-//! The ceiling doubles from `retry_initial` with each failed attempt, up to `retry_max`, and
-//! the wait is drawn uniformly between zero and the ceiling ("full jitter"), so deliveries that
-//! failed together (an upstream that went down) do not all come back together.
+//! When a failed delivery is tried again: the core's exponential backoff with full jitter
+//! (`idempotency_core::backoff`), between the route's `retry_initial` and `retry_max`.
 
 use std::time::Duration;
 
+pub(crate) use idempotency_core::backoff::random_sample;
+use idempotency_core::backoff::Backoff;
+
 use super::policy::DeliveryPolicy;
-
-/// The backoff ceiling after `failed` failed attempts (the first failure has `failed = 1`).
-pub(crate) fn ceiling(policy: &DeliveryPolicy, failed: u32) -> Duration {
-    let doublings = failed.saturating_sub(1).min(63);
-    let factor = 1u64 << doublings;
-    let ceiling = u32::try_from(factor)
-        .ok()
-        .and_then(|factor| policy.retry_initial.checked_mul(factor))
-        .unwrap_or(policy.retry_max);
-    ceiling.min(policy.retry_max)
-}
-
-/// A wait drawn from `[0, ceiling]` by `sample`, a uniformly random 64-bit number.
-pub(crate) fn full_jitter(ceiling: Duration, sample: u64) -> Duration {
-    let fraction = sample as f64 / u64::MAX as f64;
-    ceiling.mul_f64(fraction)
-}
 
 /// The wait before the next attempt, after `failed` failed attempts.
 pub(crate) fn backoff(policy: &DeliveryPolicy, failed: u32, sample: u64) -> Duration {
-    full_jitter(ceiling(policy, failed), sample)
-}
-
-/// A random 64-bit sample: unpredictable across processes, which is all jitter needs.
-pub(crate) fn random_sample() -> u64 {
-    idempotency_core::model::FencingToken::generate().as_u64()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn policy() -> DeliveryPolicy {
-        DeliveryPolicy {
-            retry_initial: Duration::from_secs(1),
-            retry_max: Duration::from_secs(600),
-            ..DeliveryPolicy::default()
-        }
-    }
-
-    #[test]
-    fn the_ceiling_doubles_from_retry_initial_up_to_retry_max() {
-        let ceilings: Vec<u64> = (1..=12).map(|n| ceiling(&policy(), n).as_secs()).collect();
-        assert_eq!(ceilings, [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 600, 600]);
-        assert_eq!(ceiling(&policy(), 0), Duration::from_secs(1));
-        assert_eq!(
-            ceiling(&policy(), u32::MAX),
-            Duration::from_secs(600),
-            "no overflow"
-        );
-    }
-
-    #[test]
-    fn full_jitter_spans_zero_to_the_ceiling() {
-        let ceiling = Duration::from_secs(8);
-        assert_eq!(full_jitter(ceiling, 0), Duration::ZERO);
-        assert_eq!(full_jitter(ceiling, u64::MAX), ceiling);
-        let half = full_jitter(ceiling, u64::MAX / 2);
-        assert!(half.abs_diff(Duration::from_secs(4)) < Duration::from_millis(1));
-    }
-
-    #[test]
-    fn waits_stay_under_their_ceiling_and_spread_over_it() {
-        let waits: Vec<Duration> = (0..200)
-            .map(|_| backoff(&policy(), 4, random_sample()))
-            .collect();
-        assert!(waits.iter().all(|w| *w <= Duration::from_secs(8)));
-        let low = waits
-            .iter()
-            .filter(|w| **w < Duration::from_secs(4))
-            .count();
-        assert!((40..=160).contains(&low), "{low} of 200 in the lower half");
-    }
+    let bounds = Backoff {
+        initial: policy.retry_initial,
+        max: policy.retry_max,
+    };
+    bounds.wait(failed, sample)
 }

@@ -1,5 +1,6 @@
-//! An inbox route's delivery metrics (docs/reference.md#inbox-routes), registered once per worker, and the
-//! one log line each attempt makes.
+//! An inbox route's delivery metrics (docs/reference.md#inbox-routes): the attempts' counters
+//! and latency, registered once per worker, with the one log line each attempt makes; and the
+//! queues' gauges, set from a count of the queues when `/metrics` is scraped (`stats.rs`).
 
 use std::time::Duration;
 
@@ -37,9 +38,32 @@ impl AttemptOutcome {
 pub(crate) struct InboxMetrics {
     route: RouteName,
     attempts: [metrics::Counter; 3],
+    delivery: metrics::Histogram,
+}
+
+/// One route's queue gauges.
+#[derive(Debug, Clone)]
+pub(crate) struct QueueGauges {
     pending: metrics::Gauge,
     oldest: metrics::Gauge,
-    delivery: metrics::Histogram,
+}
+
+impl QueueGauges {
+    pub(crate) fn new(route: &RouteName) -> Self {
+        let name = || route.as_str().to_owned();
+        Self {
+            pending: metrics::gauge!(PENDING, "route" => name()),
+            oldest: metrics::gauge!(OLDEST_PENDING_SECONDS, "route" => name()),
+        }
+    }
+
+    /// The queues as just counted: deliveries waiting for an attempt, and the oldest one's
+    /// age, to the millisecond as `GET /inbox/{route}` tells it.
+    pub(crate) fn set(&self, queues: &InboxQueues) {
+        self.pending.set(queues.pending as f64);
+        self.oldest
+            .set(queues.oldest_pending.as_millis() as f64 / 1000.0);
+    }
 }
 
 /// What one attempt's log line says.
@@ -66,8 +90,6 @@ impl InboxMetrics {
             attempts: outcomes.map(
                 |o| metrics::counter!(ATTEMPTS_TOTAL, "route" => name(), "result" => o.as_str()),
             ),
-            pending: metrics::gauge!(PENDING, "route" => name()),
-            oldest: metrics::gauge!(OLDEST_PENDING_SECONDS, "route" => name()),
             delivery: metrics::histogram!(DELIVERY_SECONDS, "route" => name()),
         }
     }
@@ -88,11 +110,5 @@ impl InboxMetrics {
             elapsed_ms = report.elapsed.as_secs_f64() * 1000.0,
             "delivery attempt"
         );
-    }
-
-    /// The queues as last counted: deliveries not yet delivered, and the oldest one's age.
-    pub(crate) fn queues(&self, queues: &InboxQueues) {
-        self.pending.set(queues.pending as f64);
-        self.oldest.set(queues.oldest_pending.as_secs_f64());
     }
 }

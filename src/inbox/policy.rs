@@ -23,7 +23,7 @@ pub struct DeliveryPolicy {
     pub max_age: Duration,
     /// Attempts of the route in flight at once (`deliver_concurrency`).
     pub deliver_concurrency: usize,
-    /// Attempts started in any one-second window, when set (`deliver_rate`).
+    /// Attempts a second, sent at least `1/deliver_rate` apart, when set (`deliver_rate`).
     pub deliver_rate: Option<NonZeroU32>,
 }
 

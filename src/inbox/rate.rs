@@ -1,110 +1,133 @@
-//! `deliver_rate`: at most N attempts of a route start in any one-second window, on this
-//! replica.
+//! `deliver_rate`: a route's attempts are sent at least `1/deliver_rate` apart, on this replica,
+//! so an upstream that counts arrivals never sees more than N in any one second.
 //!
-//! The window slides: the start times of the last N attempts are kept, and another may start
-//! only once the oldest of them is a second old. Fixed windows would let 2N start within one
-//! second across a window's edge, and so would a token bucket holding N (a full bucket, then
-//! its refill). The window is the route's, not a worker's: a reload starts a new worker while
-//! the old one may still be finishing a claim, and both count in the same window, which keeps
-//! the starts before the reload (a new rate applies to them from then on).
+//! What a receiver's limiter counts is arrivals, not the moments the proxy began its attempts.
+//! A window that lets N attempts start in any second still lets N start at once, and those reach
+//! the upstream spread by whatever each took to get there (a new connection, the scheduler), so
+//! more than N arrive within a second across the window's edge. Pacing with no burst (GCRA whose
+//! only tolerance is the timer's millisecond, [`TIMER_SLACK`]) leaves a whole `1/N` between two
+//! sends, which covers any jitter shorter than that. The turn is taken at the last moment, with
+//! the request's connection already open (`upstream::Ready`), and an attempt that goes late
+//! pushes the next one back by as much rather than bunching up with it; only a lateness within
+//! the timer's millisecond is made up, so that rounding every wake-up to a millisecond does not
+//! slow a route below its rate.
 //!
-//! A worker reserves room before it asks the store for deliveries and records each start as it
-//! happens, giving back what the store had no delivery for; room held by a reservation counts
-//! as taken, so two workers never together start more than the rate.
+//! The pace is the route's, not a worker's: a reload starts a new worker while the old one may
+//! still be finishing a claim, and both take turns from the same pace, which keeps the last send
+//! before the reload (a new rate applies from then on). A worker asks the pace how many attempts
+//! it may claim ([`DeliverRate::reserve`]): as many as have turns within [`HORIZON`], so that
+//! no claimed delivery waits long for its turn while its claim's lease runs; it gives back what
+//! the store had no delivery for, and hands each attempt a [`Turn`] to wait for.
 
-use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-const WINDOW: Duration = Duration::from_secs(1);
-/// How soon to look again when the window's room is held by another worker's claim, which
-/// gives back what it does not use within a store call.
-const HELD_RECHECK: Duration = Duration::from_millis(50);
+/// How far ahead a worker claims deliveries for turns to come: long enough that the store call
+/// of a claim is made while the previous attempt waits for its turn, short beside any lease.
+pub(crate) const HORIZON: Duration = Duration::from_millis(100);
+/// How late a send may go and still count as on time: tokio's timers wake on whole
+/// milliseconds, so a turn is up to one late as a rule.
+const TIMER_SLACK: Duration = Duration::from_millis(1);
 
-/// One route's window of recent attempt starts, shared by its workers.
+/// One route's pace, shared by its workers.
 #[derive(Debug, Default)]
 pub(crate) struct DeliverRate {
-    window: Mutex<Window>,
+    pace: Mutex<Pace>,
 }
 
 #[derive(Debug, Default)]
-struct Window {
-    rate: Option<NonZeroU32>,
-    starts: VecDeque<Instant>,
-    /// Room reserved and not yet started or given back.
-    reserved: usize,
+struct Pace {
+    /// The time between two sends, when there is a rate.
+    spacing: Option<Duration>,
+    /// The moment the last attempt was due: when it was sent, or up to [`TIMER_SLACK`]
+    /// before. The next is due one spacing after.
+    last_slot: Option<Instant>,
+    /// Turns handed out or reserved and not yet taken: each is a send to come.
+    waiting: usize,
 }
 
-/// Room for attempts to start: recorded one by one, the rest given back when dropped.
+/// Room for attempts to be claimed: each claimed one gets a [`Turn`], the rest is given back
+/// when dropped.
 #[derive(Debug)]
 pub(crate) struct Reservation {
     rate: Arc<DeliverRate>,
     left: usize,
 }
 
+/// One attempt's place in the pace: [`wait`](Self::wait) until it may be sent.
+#[derive(Debug)]
+pub(crate) struct Turn {
+    rate: Arc<DeliverRate>,
+    sent: bool,
+}
+
 impl DeliverRate {
-    fn window(&self) -> MutexGuard<'_, Window> {
-        // Every change is whole under the lock, so a poisoned window is still consistent.
-        self.window.lock().unwrap_or_else(PoisonError::into_inner)
+    fn pace(&self) -> MutexGuard<'_, Pace> {
+        // Every change is whole under the lock, so a poisoned pace is still consistent.
+        self.pace.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The rate from now on (a reload's), or none for no cap.
     pub(crate) fn set_rate(&self, rate: Option<NonZeroU32>) {
-        let mut window = self.window();
-        window.rate = rate;
+        let mut pace = self.pace();
+        pace.spacing = rate.map(|rate| Duration::from_secs(1) / rate.get());
         if rate.is_none() {
-            window.starts.clear();
+            pace.last_slot = None;
         }
     }
 
-    /// Reserves room for up to `want` attempts to start now.
+    /// Reserves room for up to `want` attempts: all of them without a rate, else those whose
+    /// turns come within [`HORIZON`].
     pub(crate) fn reserve(self: &Arc<Self>, want: usize) -> Reservation {
-        let mut window = self.window();
-        let left = match window.rate {
-            Some(rate) => {
-                window.forget_before(Instant::now());
-                want.min((rate.get() as usize).saturating_sub(window.counted()))
-            }
+        let mut pace = self.pace();
+        let left = match pace.spacing {
+            Some(spacing) => want.min(pace.turns_within(Instant::now(), spacing)),
             None => want,
         };
-        window.reserved += left;
+        pace.waiting += left;
         Reservation {
             rate: self.clone(),
             left,
         }
     }
 
-    /// When another attempt may start, if none may now.
+    /// When room comes back for another claim, if there is none now.
     pub(crate) fn next_free(&self) -> Option<Instant> {
-        let mut window = self.window();
-        let rate = window.rate?.get() as usize;
+        let pace = self.pace();
+        let spacing = pace.spacing?;
         let now = Instant::now();
-        window.forget_before(now);
-        let over = window.counted().checked_sub(rate)?;
-        let leaves = window.starts.get(over).map(|at| *at + WINDOW);
-        let given_back = (window.reserved > 0).then(|| now + HELD_RECHECK);
-        leaves.into_iter().chain(given_back).min()
+        let free = pace.first_free(now, spacing);
+        (free > now + HORIZON).then(|| free - HORIZON)
     }
 }
 
-impl Window {
-    /// Starts and reservations, as the window counts them.
-    fn counted(&self) -> usize {
-        self.starts.len() + self.reserved
+impl Pace {
+    /// When the next attempt may be sent, if it may not be now.
+    fn due(&self) -> Option<Instant> {
+        Some(self.last_slot? + self.spacing?)
     }
 
-    /// Drops the starts a second old at `now`.
-    fn forget_before(&mut self, now: Instant) {
-        while self
-            .starts
-            .front()
-            .is_some_and(|at| now.duration_since(*at) >= WINDOW)
-        {
-            self.starts.pop_front();
+    /// The first turn no attempt has yet: after the next due, and after every waiting one.
+    fn first_free(&self, now: Instant, spacing: Duration) -> Instant {
+        let next = self.due().map_or(now, |due| due.max(now));
+        let waiting = u32::try_from(self.waiting).unwrap_or(u32::MAX);
+        next + spacing.saturating_mul(waiting)
+    }
+
+    /// How many free turns come within [`HORIZON`] of `now`.
+    fn turns_within(&self, now: Instant, spacing: Duration) -> usize {
+        let free = self.first_free(now, spacing);
+        let until = now + HORIZON;
+        if free > until {
+            return 0;
         }
+        let ahead = (until - free).as_nanos() / spacing.as_nanos().max(1);
+        usize::try_from(ahead)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1)
     }
 }
 
@@ -114,16 +137,18 @@ impl Reservation {
         self.left
     }
 
-    /// One attempt starts now, in room this reservation held.
-    pub(crate) fn start(&mut self) {
+    /// The turn of one attempt claimed in the room this reservation held.
+    pub(crate) fn take(&mut self) -> Turn {
         if self.left == 0 {
-            return;
+            // More claimed than reserved: a turn with no place in the pace would be sent at
+            // once, so it takes a place of its own.
+            self.rate.pace().waiting += 1;
+        } else {
+            self.left -= 1;
         }
-        self.left -= 1;
-        let mut window = self.rate.window();
-        window.reserved -= 1;
-        if window.rate.is_some() {
-            window.starts.push_back(Instant::now());
+        Turn {
+            rate: self.rate.clone(),
+            sent: false,
         }
     }
 }
@@ -131,7 +156,44 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         if self.left > 0 {
-            self.rate.window().reserved -= self.left;
+            self.rate.pace().waiting -= self.left;
+        }
+    }
+}
+
+impl Turn {
+    /// Waits until the attempt may be sent, one spacing after the last one was due, and counts
+    /// it as sent now.
+    pub(crate) async fn wait(mut self) {
+        loop {
+            let due = {
+                let mut pace = self.rate.pace();
+                let now = Instant::now();
+                match pace.due() {
+                    Some(due) if due > now => due,
+                    due => {
+                        // Late within the timer's slack, the next is due a spacing after this
+                        // one's due; later (or idle), a spacing after this send.
+                        let on_time = due.filter(|due| now - *due <= TIMER_SLACK);
+                        let slot = on_time.unwrap_or(now);
+                        pace.last_slot = Some(slot);
+                        pace.waiting -= 1;
+                        self.sent = true;
+                        return;
+                    }
+                }
+            };
+            // Several turns may wake for the same moment; the first to look takes it, and the
+            // others wait one spacing more.
+            tokio::time::sleep_until(due).await;
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if !self.sent {
+            self.rate.pace().waiting -= 1;
         }
     }
 }
@@ -146,69 +208,118 @@ mod tests {
         rate
     }
 
-    fn start(rate: &Arc<DeliverRate>, n: usize) {
-        let mut reservation = rate.reserve(n);
-        assert_eq!(reservation.len(), n);
-        (0..n).for_each(|_| reservation.start());
+    /// Sends `n` attempts, each as soon as its turn comes; returns when each was sent.
+    async fn send(rate: &Arc<DeliverRate>, n: usize) -> Vec<Instant> {
+        let mut room = rate.reserve(n);
+        let turns: Vec<Turn> = (0..n).map(|_| room.take()).collect();
+        let mut sent = Vec::new();
+        for turn in turns {
+            turn.wait().await;
+            sent.push(Instant::now());
+        }
+        sent
     }
 
     #[tokio::test(start_paused = true)]
-    async fn no_more_than_the_rate_start_in_any_second() {
-        let window = rate(3);
+    async fn sends_are_spaced_by_the_rate_with_no_burst() {
+        let pace = rate(5);
         let first = Instant::now();
-        assert_eq!(window.reserve(10).len(), 3, "given back when dropped");
-        start(&window, 2);
-        tokio::time::advance(Duration::from_millis(600)).await;
-        assert_eq!(window.reserve(10).len(), 1);
-        start(&window, 1);
-        assert_eq!(window.reserve(10).len(), 0);
-        assert_eq!(window.next_free(), Some(first + WINDOW));
-        tokio::time::advance(Duration::from_millis(400)).await;
+        let sent = send(&pace, 4).await;
+        let spacing = Duration::from_millis(200);
+        let want: Vec<Instant> = (0..4).map(|n| first + spacing * n).collect();
+        assert_eq!(sent, want);
+        // Idle for a while: no credit builds up, the next two are spaced as well.
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let idle_end = Instant::now();
+        assert_eq!(send(&pace, 2).await, [idle_end, idle_end + spacing]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn claims_reach_no_further_than_the_horizon() {
+        let pace = rate(20);
+        // 50 ms apart: the turns at 0, 50 and 100 ms are within the horizon.
+        let mut room = pace.reserve(10);
+        assert_eq!(room.len(), 3);
+        assert_eq!(pace.reserve(10).len(), 0, "the turns to come are held");
+        let start = Instant::now();
+        assert_eq!(pace.next_free(), Some(start + Duration::from_millis(50)));
+        let turn = room.take();
+        drop(room);
+        assert_eq!(pace.next_free(), None, "what was not claimed is given back");
+        turn.wait().await;
+        let mut next = pace.reserve(10);
+        assert_eq!(next.len(), 2, "after the send at 0: turns at 50 and 100 ms");
+        let late = next.take();
+        drop(next);
+        tokio::time::advance(Duration::from_millis(120)).await;
+        late.wait().await;
+        assert_eq!(Instant::now(), start + Duration::from_millis(120));
+        let after_late = pace.reserve(10);
         assert_eq!(
-            window.reserve(10).len(),
+            after_late.len(),
             2,
-            "the first two are a second old"
+            "spaced from the late send: 170 and 220 ms"
         );
-        tokio::time::advance(Duration::from_millis(600)).await;
-        assert_eq!(window.reserve(10).len(), 3);
-        assert_eq!(window.next_free(), None);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn room_reserved_by_one_worker_is_not_given_to_another() {
-        let window = rate(4);
-        let mut old_worker = window.reserve(3);
-        let new_worker = window.reserve(3);
-        assert_eq!(new_worker.len(), 1);
+        let next_free = start + Duration::from_millis(170);
         assert_eq!(
-            window.next_free(),
-            Some(Instant::now() + HELD_RECHECK),
-            "held room comes back within a store call"
+            pace.next_free(),
+            Some(next_free),
+            "the turn at 270 ms is free"
         );
-        drop(new_worker);
-        old_worker.start();
-        drop(old_worker);
-        assert_eq!(window.reserve(10).len(), 3, "what was not started is free");
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_lowered_rate_counts_the_starts_before_it() {
-        let window = rate(5);
-        let first = Instant::now();
-        start(&window, 5);
-        window.set_rate(NonZeroU32::new(2));
-        tokio::time::advance(Duration::from_millis(100)).await;
-        assert_eq!(window.reserve(10).len(), 0);
-        assert_eq!(window.next_free(), Some(first + WINDOW));
+    async fn a_send_late_within_the_timers_millisecond_costs_no_rate() {
+        let pace = rate(10);
+        let spacing = Duration::from_millis(100);
+        let start = Instant::now();
+        send(&pace, 1).await;
+        for (late_by, next_due) in [
+            (Duration::from_micros(500), start + spacing * 2),
+            (
+                Duration::from_micros(1500),
+                start + spacing * 3 + Duration::from_micros(1500),
+            ),
+        ] {
+            let mut room = pace.reserve(1);
+            let turn = room.take();
+            drop(room);
+            let due = pace.pace().due().unwrap();
+            tokio::time::advance(due + late_by - Instant::now()).await;
+            turn.wait().await;
+            assert_eq!(pace.pace().due(), Some(next_due), "late by {late_by:?}");
+        }
     }
 
-    #[test]
-    fn no_rate_means_no_cap() {
-        let window = Arc::new(DeliverRate::default());
-        let mut reservation = window.reserve(500);
-        assert_eq!(reservation.len(), 500);
-        (0..500).for_each(|_| reservation.start());
-        assert_eq!(window.next_free(), None);
-        assert_eq!(window.reserve(500).len(), 500);
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_dropped_unsent_frees_its_place() {
+        let pace = rate(1);
+        let mut room = pace.reserve(5);
+        assert_eq!(room.len(), 1);
+        let turn = room.take();
+        drop(room);
+        assert!(pace.next_free().is_some());
+        drop(turn);
+        assert_eq!(pace.next_free(), None);
+        assert_eq!(pace.reserve(5).len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lowered_rate_spaces_from_the_last_send_before_it() {
+        let pace = rate(10);
+        send(&pace, 1).await;
+        let sent = Instant::now();
+        pace.set_rate(NonZeroU32::new(2));
+        assert_eq!(send(&pace, 1).await, [sent + Duration::from_millis(500)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_rate_means_no_cap() {
+        let pace = Arc::new(DeliverRate::default());
+        let start = Instant::now();
+        let sent = send(&pace, 500).await;
+        assert!(sent.iter().all(|at| *at == start));
+        assert_eq!(pace.next_free(), None);
+        assert_eq!(pace.reserve(500).len(), 500);
     }
 }

@@ -5,9 +5,9 @@
 //! route of the new one, so a reload that adds, removes or changes an inbox route is followed
 //! at once. What outlives a generation is kept per route name: the wake-up the route's layer
 //! pokes on every accept, the slots of `deliver_concurrency` (kept while the number stays
-//! the same, so attempts of the old and new workers share them), and the `deliver_rate` window
-//! (kept whole, so the attempts started before a reload still count after it). Workers run on the runtime
-//! that built the proxy (the main one; clients are served by runtimes of their own), and their
+//! the same, so attempts of the old and new workers share them), and the `deliver_rate` pace
+//! (kept whole, so the attempt after a reload is spaced from the last one sent before it).
+//! Workers run on the runtime that built the proxy (the main one; clients are served by runtimes of their own), and their
 //! attempts in the tracker a drain waits on.
 
 use std::collections::HashMap;

@@ -14,11 +14,11 @@ use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use super::attempt::{attempt, AttemptResult};
+use super::attempt::{attempt, AttemptResult, Attempted};
 use super::backoff::{backoff, random_sample};
 use super::metrics::{AttemptOutcome, AttemptReport, InboxMetrics};
 use super::policy::DeliveryPolicy;
-use super::rate::{DeliverRate, Reservation};
+use super::rate::{DeliverRate, Reservation, Turn};
 use crate::store::{Claim, Fenced, Settlement, Store, StoreError};
 use crate::upstream::Upstream;
 use idempotency_core::model::{AttemptFailure, Delivery, RouteName};
@@ -29,8 +29,6 @@ const POLL: Duration = Duration::from_millis(250);
 const CLAIM_BATCH: usize = 64;
 /// How long after a failed store call the worker asks again.
 const STORE_PAUSE: Duration = Duration::from_secs(1);
-/// How often the queues are counted for the metrics.
-const COUNT_EVERY: Duration = Duration::from_secs(2);
 /// Added to `deliver_timeout` in a claim's lease, so an attempt ends before its claim does.
 const LEASE_MARGIN: Duration = Duration::from_secs(5);
 
@@ -51,7 +49,7 @@ pub(crate) struct Worker {
     pub(crate) inbox: RouteInbox,
     pub(crate) wake: Arc<Notify>,
     pub(crate) permits: Arc<Semaphore>,
-    /// The route's `deliver_rate` window, shared with the workers of other generations.
+    /// The route's `deliver_rate` pace, shared with the workers of other generations.
     pub(crate) rate: Arc<DeliverRate>,
     /// Attempts run here, so a drain can wait for them.
     pub(crate) attempts: TaskTracker,
@@ -67,12 +65,7 @@ impl Worker {
 
     /// Claims and starts attempts until `stop` turns true.
     pub(crate) async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let mut next_count = Instant::now();
         while !*stop.borrow() {
-            if Instant::now() >= next_count {
-                self.count().await;
-                next_count = Instant::now() + COUNT_EVERY;
-            }
             let free = self.permits.available_permits();
             let room = self.rate.reserve(free.min(CLAIM_BATCH));
             let want = room.len();
@@ -91,7 +84,7 @@ impl Worker {
         }
     }
 
-    /// Waits for a reason to claim again: a local accept, a free slot, the rate window, the
+    /// Waits for a reason to claim again: a local accept, a free slot, room in the pace, the
     /// poll interval, or the stop.
     async fn pause(&self, free: usize, stop: &mut watch::Receiver<bool>) {
         let rate_free = self.rate.next_free();
@@ -106,7 +99,7 @@ impl Worker {
     }
 
     /// Claims as many due deliveries as `room` has room for and starts an attempt for each;
-    /// returns how many. The room not used goes back to the rate window.
+    /// returns how many, each with its turn in the pace. The room not used goes back to it.
     async fn claim(self: &Arc<Self>, mut room: Reservation) -> Result<usize, StoreError> {
         if room.len() == 0 {
             return Ok(0);
@@ -126,21 +119,21 @@ impl Worker {
             let Ok(permit) = self.permits.clone().acquire_owned().await else {
                 break;
             };
-            room.start();
+            let turn = room.take();
             let worker = self.clone();
             let claim = claim.clone();
             self.attempts
-                .spawn(async move { worker.deliver(claim, permit).await });
+                .spawn(async move { worker.deliver(claim, permit, turn).await });
         }
         Ok(claims.len())
     }
 
-    /// One attempt, then its settlement.
-    async fn deliver(&self, claim: Claim, permit: OwnedSemaphorePermit) {
-        let started = Instant::now();
-        let result = attempt(&self.inbox.upstream, &claim.delivery, &self.inbox.policy).await;
+    /// One attempt in its turn, then its settlement.
+    async fn deliver(&self, claim: Claim, permit: OwnedSemaphorePermit, turn: Turn) {
+        let inbox = &self.inbox;
+        let Attempted { result, elapsed } =
+            attempt(&inbox.upstream, &claim.delivery, &inbox.policy, turn).await;
         drop(permit);
-        let elapsed = started.elapsed();
         let (status, error) = match &result {
             AttemptResult::Delivered(status) => (Some(*status), None),
             AttemptResult::Failed(failure) => (failure.status, failure.error.clone()),
@@ -175,16 +168,6 @@ impl Worker {
             Err(e) => {
                 tracing::warn!(route = %route, delivery, error = %e, "inbox: recording an attempt failed; it is tried again after its lease");
             }
-        }
-    }
-
-    /// Counts the queues for the metrics.
-    async fn count(&self) {
-        let Some(inbox) = self.inbox.store.inbox() else {
-            return;
-        };
-        if let Ok(queues) = inbox.queues(&self.inbox.route, SystemTime::now()).await {
-            self.metrics.queues(&queues);
         }
     }
 }

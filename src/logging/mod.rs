@@ -233,7 +233,12 @@ impl<'a> MakeWriter<'a> for Batched {
 
     /// Access lines are batched; every other line is out before the call that logs it returns.
     fn make_writer_for(&'a self, meta: &Metadata<'_>) -> Self::Writer {
-        let access = [request_line::TARGET, DELIVERY_LINE_TARGET].contains(&meta.target());
+        let access = [
+            request_line::TARGET,
+            DELIVERY_LINE_TARGET,
+            idempotency_outbox::ATTEMPT_LINE_TARGET,
+        ]
+        .contains(&meta.target());
         Batched {
             at_once: !access,
             ..self.clone()

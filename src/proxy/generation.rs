@@ -14,8 +14,9 @@
 //!
 //! What must outlive a generation is [`Kept`]: the store itself, the replay cache, the
 //! tracker of first requests and delivery attempts still running upstream (a drain waits for
-//! those of every generation), and the inbox routes' delivery workers, which each generation
-//! restarts with its own routes. Metrics and the status page's counts are process-wide already. Each route's
+//! those of every generation), the inbox routes' delivery workers, which each generation
+//! restarts with its own routes, and the gauges `/metrics` reads when scraped, which each
+//! generation points at its own inbox routes. Metrics and the status page's counts are process-wide already. Each route's
 //! upstream connection pool belongs to its generation: a reload may change the route's
 //! upstream, its idle time-out or its certificates, and the old pool's idle connections close
 //! once the last request of the old generation is done with them.
@@ -32,6 +33,7 @@ use crate::admin::AdminView;
 use crate::config::{RouteSettings, Settings};
 use crate::inbox::{Inboxes, RouteInbox};
 use crate::router::{Route, Router};
+use crate::scraped::ScrapedGauges;
 use crate::server::{App, Slots};
 use crate::store::{CachingStore, ReplayCache, SealedStore, Store, StoreSpec};
 use crate::telemetry::RouteTelemetry;
@@ -53,6 +55,8 @@ pub(super) struct Kept {
     pub(super) slots: Arc<Slots>,
     /// The delivery workers of inbox routes; their attempts run in `executions`.
     pub(super) inboxes: Inboxes,
+    /// What `/metrics` reads right before it renders: each generation's inbox queues.
+    pub(super) scraped: ScrapedGauges,
 }
 
 impl Kept {
@@ -64,6 +68,7 @@ impl Kept {
             inboxes: Inboxes::new(executions.clone()),
             executions,
             slots: Arc::default(),
+            scraped: ScrapedGauges::default(),
         }
     }
 }

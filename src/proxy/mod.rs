@@ -25,9 +25,11 @@ use crate::config::config_digest;
 use crate::config::{ConfigError, Overrides, Settings};
 use crate::inbox::{QueueStats, RouteInbox};
 use crate::metric_catalog;
+use crate::outbox::{self, Outboxes};
+use crate::scraped::{GaugeSource, Named};
 use crate::server::{self, LiveApp};
 use crate::status::{ConfigSummary, Status};
-use crate::store::{self, Store, StoreError};
+use crate::store::{self, MemoryStore, Store, StoreError};
 use crate::tls::TlsListener;
 use generation::Kept;
 use idempotency_core::idempotency::policy::RouteMode;
@@ -43,6 +45,9 @@ pub enum StartError {
     /// A route is an inbox, and the store keeps no inbox queues.
     #[error("{0}")]
     Inbox(String),
+    /// An outbox's table lacks what its relay needs (each problem named).
+    #[error("{0}")]
+    OutboxTable(String),
     /// A listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -71,6 +76,8 @@ struct Inner {
     reloads: Reloads,
     /// What the status page reports; it outlives every reload, and hears of each.
     status: Arc<Status>,
+    /// The outbox relays, which a reload may not change.
+    outboxes: Arc<Outboxes>,
 }
 
 impl Proxy {
@@ -93,17 +100,37 @@ impl Proxy {
             reloads: Reloads::new(settings),
             status,
             kept,
+            outboxes: Arc::default(),
         };
         Self {
             inner: Arc::new(inner),
         }
     }
 
-    /// Opens the configured store and builds the routes over it.
+    /// Checks each outbox's table, opens the configured store, builds the routes over it and
+    /// starts the outbox relays. A relay-only process (outboxes and no routes) opens no store.
     pub async fn open(settings: &Settings) -> Result<Self, StartError> {
-        let store = store::open(&settings.store).await?;
+        let outboxes = outbox::check(&settings.outboxes)
+            .await
+            .map_err(StartError::OutboxTable)?;
+        let store: Arc<dyn Store> = if settings.routes.is_empty() {
+            Arc::new(MemoryStore::new())
+        } else {
+            store::open(&settings.store).await?
+        };
         servable(settings, &*store).map_err(|e| StartError::Inbox(e.to_string()))?;
-        Ok(Self::with_store(settings, store))
+        let proxy = Self::with_store(settings, store);
+        proxy
+            .inner
+            .outboxes
+            .start(outboxes, &proxy.inner.kept.scraped);
+        Ok(proxy)
+    }
+
+    /// Drains the outbox relays (docs/reference.md#outbox-relays) within `timeout`: no more
+    /// claims, attempts in flight finish and are marked, unstarted claims are given back.
+    pub async fn drain_outboxes(&self, timeout: Duration) {
+        self.inner.outboxes.drain(timeout).await;
     }
 
     /// Where [`reload`](Self::reload) reads the config: the command line (and environment) the
@@ -147,7 +174,15 @@ impl Proxy {
     /// listener of their own.
     pub fn admin(&self) -> axum::Router {
         let status = self.inner.status.clone();
-        admin::router(self.inner.admin.clone(), Arc::new(self.clone()), status)
+        let outboxes = self.inner.outboxes.clone();
+        let scraped = self.inner.kept.scraped.clone();
+        admin::router(
+            self.inner.admin.clone(),
+            Arc::new(self.clone()),
+            status,
+            outboxes,
+            scraped,
+        )
     }
 
     /// What the admin status page reports. [`reload`](Self::reload) tells it when a new config
@@ -219,17 +254,19 @@ fn servable(settings: &Settings, store: &dyn Store) -> Result<(), ConfigError> {
     }
 }
 
-/// Starts the delivery workers of a generation's inbox routes, and shows their queues on the
-/// status page.
+/// Starts the delivery workers of a generation's inbox routes, shows their queues on the
+/// status page, and has `/metrics` count them when scraped.
 fn start_deliveries(kept: &Kept, status: &Status, inboxes: Vec<RouteInbox>) {
     status.clear_inboxes();
+    let mut gauges = Vec::with_capacity(inboxes.len());
     for inbox in &inboxes {
-        let stats = QueueStats {
-            route: inbox.route.clone(),
-            store: inbox.store.clone(),
-        };
-        status.set_inbox(&inbox.route, Arc::new(stats));
+        let stats = Arc::new(QueueStats::new(inbox.route.clone(), inbox.store.clone()));
+        status.set_inbox(&inbox.route, stats.clone());
+        let source: Arc<dyn GaugeSource> = stats;
+        let name = inbox.route.as_str().to_owned();
+        gauges.push(Named { name, source });
     }
+    kept.scraped.replace("inbox", gauges);
     kept.inboxes.start(inboxes);
 }
 
@@ -271,17 +308,29 @@ async fn serve_on_workers(settings: Settings, overrides: Overrides) -> Result<()
     let proxy = Proxy::open(&settings).await?.reload_from(overrides);
     // Before the listener is bound: from then on a SIGHUP must reload, never end the process.
     let hangups = reload_on_hangup(&proxy);
-    let listeners = worker_listeners(settings.listen, settings.workers)?;
+    let relay_only = settings.routes.is_empty();
+    let listeners = if relay_only {
+        Vec::new()
+    } else {
+        worker_listeners(settings.listen, settings.workers)?
+    };
     let admin = match settings.admin_listen {
         Some(addr) => Some(spawn_admin(&proxy, addr).await?),
         None => None,
     };
-    let scheme = if settings.tls.is_some() {
-        "https"
+    if relay_only {
+        tracing::info!(
+            outboxes = settings.outboxes.len(),
+            "relaying outboxes only: no routes, no listener"
+        );
     } else {
-        "http"
-    };
-    tracing::info!(listen = %settings.listen, scheme, store = %settings.store, routes = settings.routes.len(), workers = settings.workers, "proxy listening");
+        let scheme = if settings.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        tracing::info!(listen = %settings.listen, scheme, store = %settings.store, routes = settings.routes.len(), workers = settings.workers, "proxy listening");
+    }
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let workers: Vec<_> = listeners
         .into_iter()
@@ -294,9 +343,14 @@ async fn serve_on_workers(settings: Settings, overrides: Overrides) -> Result<()
         })?;
     server::shutdown_signal().await;
     let _ = stop.send(true);
-    for worker in workers {
-        let _ = tokio::task::spawn_blocking(move || worker.join()).await;
-    }
+    // The relays drain beside the workers, within the same drain_timeout.
+    let drain_timeout = proxy.inner.reloads.running().drain_timeout;
+    let workers = async {
+        for worker in workers {
+            let _ = tokio::task::spawn_blocking(move || worker.join()).await;
+        }
+    };
+    tokio::join!(proxy.drain_outboxes(drain_timeout), workers);
     drop(admin);
     hangups.abort();
     tracing::info!("stopped");

@@ -40,7 +40,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::Limits;
 use crate::framing::{self, FramingGuard, Verdicts};
-use crate::router::{Router, RouterFuture};
+use crate::router::{self, Router, RouterFuture};
 use crate::tls::TlsListener;
 use crate::upstream::{ClientAddr, ClientTls};
 use closing::{Closing, DrainSignal, IdleLimit};
@@ -343,7 +343,7 @@ impl Peer {
             .next_request()
             .or_else(|| framing::check_headers(request.headers()).err());
         match refusal {
-            Some(reason) => RouterFuture::answered(refuse(reason, request.version(), self.addr)),
+            Some(reason) => RouterFuture::answered(refuse(reason, &request, self.addr)),
             None => router.route(request),
         }
     }
@@ -351,10 +351,10 @@ impl Peer {
 
 /// The answer to an ambiguously framed request; on HTTP/1 the connection is closed after it,
 /// as nothing that follows on it can be trusted to start where the client meant.
-fn refuse(reason: &'static str, version: Version, peer: SocketAddr) -> Response<Body> {
+fn refuse<B>(reason: &'static str, request: &Request<B>, peer: SocketAddr) -> Response<Body> {
     tracing::warn!(%peer, reason, "refused an ambiguously framed request");
-    let mut response = ProxyError::BadRequest(reason).into_response();
-    if version < Version::HTTP_2 {
+    let mut response = router::refusal(request, ProxyError::BadRequest(reason));
+    if request.version() < Version::HTTP_2 {
         response
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -76,7 +76,7 @@ pub(super) async fn send(
 /// Boxed: connecting (and a TLS handshake) takes a large future, and held inline it would
 /// make every exchange's future that much larger, to be copied on each request although most
 /// requests take a pooled connection.
-async fn open(address: &Address) -> Result<PooledConnection, BoxError> {
+pub(super) async fn open(address: &Address) -> Result<PooledConnection, BoxError> {
     Box::pin(PooledConnection::open(address))
         .await
         .map_err(|e| Box::new(RequestNotSent(e)) as BoxError)

@@ -10,12 +10,15 @@
 //! ([`exchange`]) and while the answer's body is read ([`UpstreamBody`]); when the body ends the
 //! connection goes back to the pool. No task runs per connection. For an `https://` upstream a
 //! connection is TCP then the route's TLS handshake ([`transport`]), so a pool never holds a
-//! connection made with another route's trust or client certificate.
+//! connection made with another route's trust or client certificate. A sender that picks the
+//! moment a request goes (an inbox route's paced attempts) makes it [`Ready`] on its connection
+//! first, and sends it then.
 
 mod body;
 mod exchange;
 mod multiplexed;
 mod pool;
+mod ready;
 mod transport;
 
 use std::future::Future;
@@ -33,6 +36,7 @@ use tower::Service;
 
 pub(crate) use body::UpstreamBody;
 pub(crate) use pool::PoolSettings;
+pub(crate) use ready::Ready;
 
 use idempotency_core::error::BoxError;
 use idempotency_core::error::RequestNotSent;
@@ -57,6 +61,11 @@ impl ClientAddr {
 /// Put on a request by the server when its client reached the proxy over TLS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ClientTls;
+
+/// Put on a request the proxy makes itself (an outbox relay's attempt): no client is behind
+/// it, so no `X-Forwarded-*` header describes one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Originated;
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -210,6 +219,9 @@ pub(crate) fn stored_headers(parts: &http::request::Parts) -> http::HeaderMap {
 
 /// Appends the client to `X-Forwarded-For` and states the scheme the proxy was reached by.
 fn add_forwarded_headers(request: &mut Request<Body>) {
+    if request.extensions().get::<Originated>().is_some() {
+        return;
+    }
     let (client, scheme) = client_of(request.extensions());
     forward(request.headers_mut(), client, scheme);
 }

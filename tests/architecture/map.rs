@@ -58,10 +58,13 @@ fn spans(text: &str) -> Vec<(String, usize)> {
         .collect()
 }
 
-/// Whether a span names a path: a folder (`a/b/`) or a file with an extension, no spaces.
+/// Whether a span names a path: a folder (`a/b/`) or a file with an extension, no spaces. A
+/// span that starts with `/` is an HTTP path (`/metrics`), never the repository's.
 fn is_path(span: &str) -> bool {
     let file = [".rs", ".html", ".toml", ".md", ".json", ".yml"];
-    !span.contains([' ', ':']) && (span.contains('/') || file.iter().any(|e| span.ends_with(e)))
+    !span.contains([' ', ':'])
+        && !span.starts_with('/')
+        && (span.contains('/') || file.iter().any(|e| span.ends_with(e)))
 }
 
 /// Whether a span names code: `name`, `Type` or `Type::method`.

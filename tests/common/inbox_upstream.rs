@@ -1,8 +1,9 @@
 //! An upstream for inbox deliveries: it records every delivery by its `Idempotency-Key`, with
 //! when it arrived and its `Delivery-Attempt`, measures how many overlap (in all, and for one
 //! key: two attempts of one delivery at once), and answers a status
-//! a test can change while it runs. It may start on a port chosen before it listens, so a
-//! proxy can be pointed at an upstream that is down.
+//! a test can change while it runs, or holds its answers until the test lets them go. It may
+//! start on a port chosen before it listens, so a proxy can be pointed at an upstream that is
+//! down.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, Response, StatusCode, Uri};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::poll;
@@ -43,7 +45,13 @@ struct Shared {
     record: Arc<Mutex<Record>>,
     status: Arc<Mutex<StatusCode>>,
     delay: Arc<Mutex<Duration>>,
+    /// While set, each answer waits for a permit of its own.
+    held: Arc<Mutex<Option<Arc<Semaphore>>>>,
 }
+
+/// How far a delivery's arrival may stray from the moment the proxy sent it, either way, on a
+/// busy machine: the loopback, and the scheduler running the proxy and this upstream.
+pub const ARRIVAL_TOLERANCE: Duration = Duration::from_millis(50);
 
 pub struct InboxUpstream {
     pub addr: SocketAddr,
@@ -63,6 +71,7 @@ impl InboxUpstream {
             record: Arc::default(),
             status: Arc::new(Mutex::new(StatusCode::OK)),
             delay: Arc::default(),
+            held: Arc::default(),
         };
         let app = axum::Router::new()
             .fallback(handle)
@@ -88,6 +97,17 @@ impl InboxUpstream {
     /// How long it takes to answer from now on.
     pub fn take(&self, delay: Duration) {
         *self.shared.delay.lock().unwrap() = delay;
+    }
+
+    /// From now on each answer waits until [`release`](Self::release) lets it go.
+    pub fn hold(&self) {
+        *self.shared.held.lock().unwrap() = Some(Arc::new(Semaphore::new(0)));
+    }
+
+    /// Lets `n` held answers go (those waiting first, then those to come).
+    pub fn release(&self, n: usize) {
+        let held = self.shared.held.lock().unwrap().clone();
+        held.expect("hold() first").add_permits(n);
     }
 
     /// Every delivery of `key`, in order of arrival.
@@ -119,18 +139,29 @@ impl InboxUpstream {
         self.shared.record.lock().unwrap().overlaps
     }
 
-    /// Asserts that no more than `rate` deliveries arrived in any one second. Arrival times
-    /// differ from start times by a little network time either way, which 200 ms of slack
-    /// covers.
-    pub fn assert_at_most_per_second(&self, rate: usize) {
+    /// Asserts what `deliver_rate = rate` promises an upstream that counts arrivals: they
+    /// come at least `1/rate` apart, so never more than `rate` in any one second, give or take
+    /// [`ARRIVAL_TOLERANCE`].
+    pub fn assert_paced(&self, rate: u32) {
         let arrivals: Vec<Instant> = self.all().iter().map(|a| a.at).collect();
-        let slack = Duration::from_millis(200);
+        let spacing = Duration::from_secs(1) / rate;
+        for (n, pair) in arrivals.windows(2).enumerate() {
+            let gap = pair[1] - pair[0];
+            assert!(
+                gap + ARRIVAL_TOLERANCE >= spacing,
+                "arrivals {n} and {} came {gap:?} apart, under {spacing:?}: {:?}",
+                n + 1,
+                gaps(&arrivals)
+            );
+        }
+        let rate = rate as usize;
         for (n, over) in arrivals.windows(rate + 1).enumerate() {
             let span = over[rate] - over[0];
             assert!(
-                span + slack >= Duration::from_secs(1),
-                "attempts {n}..={} started within {span:?}",
-                n + rate
+                span + ARRIVAL_TOLERANCE >= Duration::from_secs(1),
+                "arrivals {n}..={} came within {span:?}: {:?}",
+                n + rate,
+                gaps(&arrivals)
             );
         }
     }
@@ -139,6 +170,12 @@ impl InboxUpstream {
     pub async fn until(&self, limit: Duration, what: &str, done: impl Fn(&Self) -> bool) {
         poll::until(limit, what, async || done(self)).await;
     }
+}
+
+/// The time from each arrival to the next, to the millisecond, for a failure's message.
+fn gaps(arrivals: &[Instant]) -> Vec<u128> {
+    let gap = |pair: &[Instant]| (pair[1] - pair[0]).as_millis();
+    arrivals.windows(2).map(gap).collect()
 }
 
 async fn handle(
@@ -175,6 +212,10 @@ async fn handle(
         record.by_key.entry(key.clone()).or_default().push(arrival);
         record.in_flight += 1;
         record.most_in_flight = record.most_in_flight.max(record.in_flight);
+    }
+    let held = shared.held.lock().unwrap().clone();
+    if let Some(held) = held {
+        held.acquire().await.unwrap().forget();
     }
     let delay = *shared.delay.lock().unwrap();
     tokio::time::sleep(delay).await;

@@ -9,11 +9,13 @@ pub mod grpc;
 pub mod inbox_upstream;
 pub mod logs;
 pub mod markdown;
+pub mod outbox;
 pub mod proxy;
 pub mod raw;
 pub mod tls;
 pub mod upstream;
 
 pub use idempotency_test_support::{
-    answer, client, poll, records, redis, redis_cluster, redis_server, signal, temp,
+    answer, client, poll, postgres_server, receiver, records, redis, redis_cluster, redis_server,
+    signal, temp,
 };

@@ -229,6 +229,8 @@ impl ProxyError {
         match self.status().as_u16() {
             400 | 422 if !matches!(self, Self::KeyReused { .. }) => GrpcCode::INVALID_ARGUMENT,
             401 => GrpcCode::UNAUTHENTICATED,
+            // A call no route takes: a gRPC server answers a method it lacks this way.
+            404 if matches!(self, Self::NoRoute) => GrpcCode::UNIMPLEMENTED,
             404 => GrpcCode::NOT_FOUND,
             409 => GrpcCode::ABORTED,
             410 | 422 => GrpcCode::FAILED_PRECONDITION,

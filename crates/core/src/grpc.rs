@@ -29,7 +29,7 @@ impl GrpcCode {
     pub const OK: Self = Self(0);
     /// The request was malformed (a bad key, a missing one).
     pub const INVALID_ARGUMENT: Self = Self(3);
-    /// Not found (no route).
+    /// Not found (a record or a delivery an operator named).
     pub const NOT_FOUND: Self = Self(5);
     /// A limit was exceeded (the request body).
     pub const RESOURCE_EXHAUSTED: Self = Self(8);
@@ -37,6 +37,9 @@ impl GrpcCode {
     pub const FAILED_PRECONDITION: Self = Self(9);
     /// Another call with the key is running.
     pub const ABORTED: Self = Self(10);
+    /// No such method here: what a gRPC server answers a call it has no handler for, and the
+    /// proxy a call no route takes.
+    pub const UNIMPLEMENTED: Self = Self(12);
     /// Something the proxy has no better status for.
     pub const INTERNAL: Self = Self(13);
     /// The service could not be reached; retrying is safe.
@@ -54,6 +57,20 @@ impl GrpcCode {
 /// a trailers-only gRPC error rather than a problem document.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrpcCall;
+
+/// Whether a request is a gRPC call by its `content-type`: `application/grpc`, alone or with a
+/// `+` subtype (`application/grpc+proto`) or parameters, as gRPC's HTTP/2 protocol names it.
+/// gRPC-Web (`application/grpc-web`) is another protocol, which the proxy does not speak.
+pub fn is_call(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(http::header::CONTENT_TYPE) else {
+        return false;
+    };
+    let value = value.as_bytes();
+    let grpc = b"application/grpc";
+    value.len() >= grpc.len()
+        && value[..grpc.len()].eq_ignore_ascii_case(grpc)
+        && matches!(value.get(grpc.len()), None | Some(b'+' | b';'))
+}
 
 pub(crate) static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 pub(crate) static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
@@ -165,6 +182,32 @@ mod tests {
     use http::HeaderValue;
 
     use super::*;
+
+    #[test]
+    fn a_call_is_told_by_its_content_type() {
+        let with = |value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(value));
+            is_call(&headers)
+        };
+        for call in [
+            "application/grpc",
+            "application/grpc+proto",
+            "Application/GRPC+json",
+            "application/grpc; charset=utf-8",
+        ] {
+            assert!(with(call), "{call}");
+        }
+        for other in [
+            "application/grpc-web",
+            "application/grpcx",
+            "application/json",
+            "application/gr",
+        ] {
+            assert!(!with(other), "{other}");
+        }
+        assert!(!is_call(&HeaderMap::new()));
+    }
 
     fn message(len: usize) -> Vec<u8> {
         let mut m = vec![0];

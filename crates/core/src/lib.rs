@@ -27,6 +27,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod backoff;
 pub mod error;
 pub mod grpc;
 #[doc(hidden)]
@@ -36,6 +37,7 @@ pub mod model;
 pub mod outcome;
 pub mod problem;
 pub mod secret;
+pub mod signing;
 pub mod store;
 pub mod units;
 

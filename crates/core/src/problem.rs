@@ -271,6 +271,7 @@ mod tests {
                 },
                 8,
             ),
+            (ProxyError::NoRoute, 12),
             (ProxyError::UpstreamUnavailable, 14),
             (ProxyError::StoreUnavailable, 14),
             (ProxyError::UpstreamTimeout, 14),

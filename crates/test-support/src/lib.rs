@@ -9,8 +9,11 @@
 pub mod answer;
 pub mod client;
 mod macros;
+#[cfg(feature = "outbox")]
+pub mod outbox;
 pub mod poll;
 pub mod postgres_server;
+pub mod receiver;
 pub mod records;
 #[cfg(feature = "redis")]
 pub mod redis;

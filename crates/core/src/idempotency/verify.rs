@@ -195,7 +195,7 @@ fn single<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<&'h str, Ref
 }
 
 /// A Standard Webhooks secret is `whsec_` followed by the base64 of the key.
-fn standard_webhooks_key(secret: &Secret) -> Result<Vec<u8>, String> {
+pub(crate) fn standard_webhooks_key(secret: &Secret) -> Result<Vec<u8>, String> {
     let bad = || {
         format!(
             "the secret in {} must be whsec_<base64>, as the sender shows it",

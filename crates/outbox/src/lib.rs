@@ -1,0 +1,83 @@
+//! The transactional outbox over PostgreSQL, delivered over HTTP.
+//!
+//! An application that must both change its state and tell another service (a payment
+//! confirmed, so fulfilment must ship) inserts the event into an outbox table **in the same
+//! transaction** as the business change ([`enqueue`]). A relay ([`Relay`], started by
+//! [`Outbox::start_relay`]) delivers the committed rows afterwards, and marks each delivered
+//! only once the receiver answered `2xx`. Nothing committed is lost, nothing rolled back is
+//! sent; a relay that dies between the receiver's yes and its mark sends the row again, with
+//! the same `Idempotency-Key` (the row's id), which an idempotent receiver (or
+//! idempotency-proxy in front of it) turns into a replay.
+//!
+//! - [`schema_sql`]: the table, its indexes, and the triggers that keep each aggregate's
+//!   `seq` in commit order and (optionally) wake the relay on every insert.
+//! - [`Outbox`]: one table and its database: the start-up check ([`Outbox::check_table`]),
+//!   the counts, the dead rows, retrying or deleting one.
+//! - [`Relay`]: claims due rows with a lease, sends each through a [`Transport`] (any HTTP
+//!   client) outside any transaction, writes the outcome fenced by its claim, retries with
+//!   backoff, keeps each aggregate's rows in order, and drains on request.
+//!
+//! The relay runs on a tokio runtime; [`Outbox::start_relay`] must be called within one.
+#![forbid(unsafe_code)]
+
+mod config;
+mod enqueue;
+mod metrics;
+mod names;
+mod outbox;
+mod relay;
+mod request;
+mod row;
+mod schema;
+mod sql;
+mod table;
+mod transport;
+mod verdict;
+
+pub use config::{destination, OnDead, OutboxConfig, LEASE_MARGIN};
+pub use enqueue::{enqueue, Event, Payload};
+/// The client the helper and the relay speak to PostgreSQL with.
+pub use idempotency_postgres::tokio_postgres;
+pub use metrics::{
+    ATTEMPTS_TOTAL, ATTEMPT_LINE_TARGET, BLOCKED_AGGREGATES, DELIVERY_SECONDS,
+    OLDEST_PENDING_SECONDS, PENDING,
+};
+pub use names::{EventId, OutboxName, TableName};
+pub use outbox::{DeadRow, Outbox, OutboxCounts};
+pub use relay::{Drained, Health, Relay};
+pub use schema::schema_sql;
+pub use table::{PayloadKind, TableLayout, TableProblems};
+pub use transport::Transport;
+
+/// The README's examples compile, as a reader copies them.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
+/// Why an outbox operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OutboxError {
+    /// The database could not be reached, or refused a statement.
+    #[error("database: {0}")]
+    Database(String),
+    /// The table lacks columns the relay needs, or has them with other types.
+    #[error("{0}")]
+    Table(TableProblems),
+}
+
+impl From<idempotency_postgres::tokio_postgres::Error> for OutboxError {
+    fn from(error: idempotency_postgres::tokio_postgres::Error) -> Self {
+        // The server's own message (and its detail) says more than the client's summary.
+        let text = match error.as_db_error() {
+            Some(db) => format!("{}: {}", db.severity(), db.message()),
+            None => error.to_string(),
+        };
+        OutboxError::Database(text)
+    }
+}
+
+impl From<idempotency_postgres::PoolError> for OutboxError {
+    fn from(error: idempotency_postgres::PoolError) -> Self {
+        OutboxError::Database(error.to_string())
+    }
+}

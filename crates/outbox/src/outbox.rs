@@ -1,0 +1,193 @@
+//! An outbox: its config, its table and the pool that reaches it. What the relay runs on, and
+//! what an operator's tools ask: the counts, the dead rows, a retry, a delete.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use idempotency_postgres::{pool, ConnectOptions, DatabaseUrl, Object, Pool};
+
+use crate::config::OutboxConfig;
+use crate::names::OutboxName;
+use crate::relay::Relay;
+use crate::sql::AdminSql;
+use crate::table::{self, Column, TableLayout};
+use crate::transport::Transport;
+use crate::OutboxError;
+
+/// One outbox table and the way to its database. Clones share the pool.
+#[derive(Clone, Debug)]
+pub struct Outbox {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: OutboxConfig,
+    url: DatabaseUrl,
+    options: ConnectOptions,
+    pool: Pool,
+    sql: AdminSql,
+}
+
+/// The table's counts, as `GET /outbox/{name}` and the gauges show them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OutboxCounts {
+    /// Rows waiting for an attempt: neither delivered, dead nor held by a live lease.
+    pub pending: u64,
+    /// Rows held by a live lease: being attempted now.
+    pub in_flight: u64,
+    /// Dead rows.
+    pub dead: u64,
+    /// Rows delivered in the last hour (and not yet deleted by `keep_delivered`).
+    pub delivered_last_hour: u64,
+    /// The age of the oldest row neither delivered nor dead (zero when there is none).
+    pub oldest_pending: Duration,
+    /// Aggregates whose later rows wait behind a dead row (only under `on_dead = "block"` do
+    /// they wait).
+    pub blocked_aggregates: u64,
+}
+
+/// A dead row, as the dead list shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadRow {
+    /// The event's id.
+    pub id: String,
+    /// Its topic.
+    pub topic: String,
+    /// Its aggregate, if any.
+    pub aggregate_id: Option<String>,
+    /// Attempts made (zero for a row that could not be sent at all).
+    pub attempts: u32,
+    /// The last answer's status, if there was one.
+    pub last_status: Option<u16>,
+    /// Why it died.
+    pub last_error: Option<String>,
+    /// When the application inserted it.
+    pub created_at: SystemTime,
+}
+
+impl Outbox {
+    /// An outbox on the database at `url`. Nothing connects yet: the pool connects on first
+    /// use, so a database that is down now delays the relay rather than failing this.
+    pub fn new(
+        config: OutboxConfig,
+        url: DatabaseUrl,
+        options: ConnectOptions,
+    ) -> Result<Self, OutboxError> {
+        let pool = pool(&url, &options).map_err(|e| OutboxError::Database(e.to_string()))?;
+        let sql = AdminSql::new(&config.table);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                url,
+                options,
+                pool,
+                sql,
+            }),
+        })
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &OutboxConfig {
+        &self.inner.config
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &OutboxName {
+        &self.inner.config.name
+    }
+
+    /// Its database, shown without a password.
+    pub fn database(&self) -> &DatabaseUrl {
+        &self.inner.url
+    }
+
+    pub(crate) fn connect_options(&self) -> &ConnectOptions {
+        &self.inner.options
+    }
+
+    pub(crate) async fn client(&self) -> Result<Object, OutboxError> {
+        self.inner.pool.get().await.map_err(OutboxError::from)
+    }
+
+    /// Starts delivering: see [`Relay`].
+    pub fn start_relay(&self, transport: Arc<dyn Transport>) -> Relay {
+        Relay::start(self.clone(), transport)
+    }
+
+    /// Checks the table: [`OutboxError::Table`] names every missing or mistyped column.
+    pub async fn check_table(&self) -> Result<TableLayout, OutboxError> {
+        let client = self.client().await?;
+        let table = &self.inner.config.table;
+        let rows = client.query(table::COLUMNS_SQL, &[&table.quoted()]).await?;
+        let columns: Vec<Column> = rows
+            .iter()
+            .map(|row| Column {
+                name: row.get(0),
+                type_name: row.get(1),
+                has_default: row.get(2),
+            })
+            .collect();
+        let ordered = client
+            .query_one(&table::order_trigger_sql(), &[&table.quoted()])
+            .await?
+            .get(0);
+        table::check(table, &columns, ordered).map_err(OutboxError::Table)
+    }
+
+    /// Counts the table's rows by state.
+    pub async fn counts(&self) -> Result<OutboxCounts, OutboxError> {
+        let client = self.client().await?;
+        let row = client.query_one(&self.inner.sql.counts, &[]).await?;
+        let count = |i: usize| u64::try_from(row.get::<_, i64>(i)).unwrap_or(0);
+        let oldest: f64 = row.get(4);
+        let blocked = match self.inner.config.on_dead {
+            crate::OnDead::Block => count(5),
+            crate::OnDead::Skip => 0,
+        };
+        Ok(OutboxCounts {
+            pending: count(0),
+            in_flight: count(1),
+            dead: count(2),
+            delivered_last_hour: count(3),
+            oldest_pending: Duration::try_from_secs_f64(oldest.max(0.0)).unwrap_or_default(),
+            blocked_aggregates: blocked,
+        })
+    }
+
+    /// At most `limit` dead rows in `seq` order, after the row `after` when given.
+    pub async fn dead(&self, limit: u32, after: Option<&str>) -> Result<Vec<DeadRow>, OutboxError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(&self.inner.sql.dead, &[&i64::from(limit), &after])
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(DeadRow {
+                    id: row.try_get(0)?,
+                    topic: row.try_get(1)?,
+                    aggregate_id: row.try_get(2)?,
+                    attempts: u32::try_from(row.try_get::<_, i32>(3)?).unwrap_or(0),
+                    last_status: row
+                        .try_get::<_, Option<i32>>(4)?
+                        .and_then(|s| u16::try_from(s).ok()),
+                    last_error: row.try_get(5)?,
+                    created_at: row.try_get(6)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Makes the dead row `id` pending again with a fresh attempt budget (`max_age` still
+    /// counts from its `created_at`); `false` when there is no such dead row.
+    pub async fn retry_dead(&self, id: &str) -> Result<bool, OutboxError> {
+        let client = self.client().await?;
+        Ok(client.execute(&self.inner.sql.retry, &[&id]).await? == 1)
+    }
+
+    /// Deletes the dead row `id`; `false` when there is no such dead row.
+    pub async fn delete_dead(&self, id: &str) -> Result<bool, OutboxError> {
+        let client = self.client().await?;
+        Ok(client.execute(&self.inner.sql.delete, &[&id]).await? == 1)
+    }
+}

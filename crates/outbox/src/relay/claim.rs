@@ -1,0 +1,183 @@
+//! The claim loop: claims due rows, never more than there are free slots, and starts an
+//! attempt for each at once.
+//!
+//! It claims again straight away while claims come back full (a backlog), and otherwise waits
+//! for a reason: a `NOTIFY` (when a slot is free), a freed slot (when none is), the poll
+//! interval, or the stop. A database outage pauses it (`OUTAGE_PAUSE` between tries) and
+//! marks the relay unready; the first claim that succeeds resumes it. On the stop, rows it
+//! had just claimed and not started are given back.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
+use tokio::time::Instant;
+
+use super::marks::Mark;
+use super::{attempt, is_stopped, pause_unless_stopped, Shared, OUTAGE_PAUSE};
+use crate::row::ClaimedRow;
+use crate::sql;
+use crate::table::TableLayout;
+use crate::OutboxError;
+
+/// Most rows claimed in one statement.
+const CLAIM_BATCH: usize = 256;
+/// How long a relay whose table is refused waits before it looks at the table again.
+const TABLE_PAUSE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Claims and starts attempts until the relay stops.
+pub(super) async fn run(
+    shared: Arc<Shared>,
+    marks: mpsc::UnboundedSender<Mark>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let Some(layout) = usable_table(&shared, &mut stop).await else {
+        return;
+    };
+    let config = shared.outbox.config();
+    let claim_sql = sql::claim(&config.table, layout.payload, config.on_dead);
+    let mut backlog = false;
+    while !is_stopped(&stop) {
+        let free = shared.permits.available_permits().min(CLAIM_BATCH);
+        if free > 0 {
+            let rows = match claim(&shared, &claim_sql, free).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    shared.health.unreachable(&e.to_string());
+                    pause_unless_stopped(OUTAGE_PAUSE, &mut stop).await;
+                    continue;
+                }
+            };
+            shared.health.ready();
+            if is_stopped(&stop) {
+                return release(&shared, &rows).await;
+            }
+            let claimed = rows.len();
+            for row in rows {
+                let permit = slot(&shared).await;
+                let (shared, marks) = (shared.clone(), marks.clone());
+                let kind = layout.payload;
+                shared
+                    .attempts
+                    .clone()
+                    .spawn(attempt::run(shared, row, permit, marks, kind));
+            }
+            backlog = claimed == free;
+            if backlog && shared.permits.available_permits() >= batch(&shared, backlog) {
+                continue;
+            }
+        }
+        pause(&shared, backlog, &mut stop).await;
+    }
+}
+
+/// A slot for a claimed row: one is free, as no more rows were claimed than were free.
+async fn slot(shared: &Shared) -> OwnedSemaphorePermit {
+    match shared.permits.clone().try_acquire_owned() {
+        Ok(permit) => permit,
+        Err(_) => shared
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the relay never closes its slots"),
+    }
+}
+
+/// How many free slots make a claim worth its transaction: one, or with a backlog a quarter of
+/// them (claiming row by row as each attempt ends would cost a transaction per row).
+fn batch(shared: &Shared, backlog: bool) -> usize {
+    if backlog {
+        shared
+            .outbox
+            .config()
+            .deliver_concurrency
+            .div_ceil(4)
+            .min(CLAIM_BATCH)
+    } else {
+        1
+    }
+}
+
+/// Waits for a reason to claim again: enough free slots for a batch, a `NOTIFY` (while a slot
+/// is free and there is no backlog to claim anyway), the poll interval, or the stop.
+async fn pause(shared: &Shared, backlog: bool, stop: &mut watch::Receiver<bool>) {
+    let batch = batch(shared, backlog);
+    let free = shared.permits.available_permits();
+    let enough = async {
+        let wanted = u32::try_from(batch).unwrap_or(1);
+        let _ = shared.permits.acquire_many(wanted).await;
+    };
+    tokio::select! {
+        _ = stop.changed() => {}
+        () = shared.wake.notified(), if free > 0 && !backlog => {}
+        () = enough, if free < batch => {}
+        () = tokio::time::sleep(shared.outbox.config().poll_interval) => {}
+    }
+}
+
+/// Claims at most `limit` due rows in one short transaction.
+async fn claim(
+    shared: &Shared,
+    claim_sql: &str,
+    limit: usize,
+) -> Result<Vec<ClaimedRow>, OutboxError> {
+    let mut client = shared.outbox.client().await?;
+    let lease =
+        i64::try_from(shared.outbox.config().effective_lease().as_millis()).unwrap_or(i64::MAX);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let transaction = client.transaction().await?;
+    let statement = transaction.prepare_cached(claim_sql).await?;
+    let rows = transaction
+        .query(&statement, &[&shared.owner, &lease, &limit])
+        .await?;
+    transaction.commit().await?;
+    let claimed = Instant::now();
+    rows.iter()
+        .map(|row| ClaimedRow::decode(row, claimed).map_err(OutboxError::from))
+        .collect()
+}
+
+/// Gives back rows claimed but never attempted: their lease and their claim's attempt undone.
+async fn release(shared: &Shared, rows: &[ClaimedRow]) {
+    if rows.is_empty() {
+        return;
+    }
+    let ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
+    let attempts: Vec<i32> = rows.iter().map(|r| r.attempt).collect();
+    let released = async {
+        let client = shared.outbox.client().await?;
+        let params: [&(dyn idempotency_postgres::tokio_postgres::types::ToSql + Sync); 3] =
+            [&ids, &attempts, &shared.owner];
+        client.execute(&shared.sql.release, &params).await?;
+        Ok::<_, OutboxError>(())
+    };
+    if let Err(e) = released.await {
+        tracing::warn!(outbox = %shared.outbox.name(), error = %e, rows = rows.len(), "outbox: claimed rows could not be given back; they are attempted after their lease");
+    }
+}
+
+/// Waits until the table is usable: checked once the database answers, and again every
+/// `TABLE_PAUSE` while it is refused. `None` if the relay stops first.
+async fn usable_table(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Option<TableLayout> {
+    loop {
+        let pause = match shared.outbox.check_table().await {
+            Ok(layout) => {
+                if !layout.ordered {
+                    tracing::warn!(outbox = %shared.outbox.name(), table = %shared.outbox.config().table, "outbox: the table has no order trigger: two transactions of one aggregate that commit out of seq order may be delivered out of order (outbox-schema prints the trigger)");
+                }
+                return Some(layout);
+            }
+            Err(OutboxError::Table(problems)) => {
+                shared.health.table_refused(&problems.to_string());
+                TABLE_PAUSE
+            }
+            Err(e) => {
+                shared.health.unreachable(&e.to_string());
+                OUTAGE_PAUSE
+            }
+        };
+        if !pause_unless_stopped(pause, stop).await {
+            return None;
+        }
+    }
+}

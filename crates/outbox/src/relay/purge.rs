@@ -1,0 +1,47 @@
+//! `keep_delivered`: delivered rows older than it are deleted, a batch at a time (each batch
+//! its own short statement, skipping rows another relay is deleting), so a large backlog of
+//! old rows never holds a long lock. Dead rows are never deleted here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::{is_stopped, pause_unless_stopped, Shared};
+use crate::OutboxError;
+
+/// How often delivered rows are looked for, at most: a shorter `keep_delivered` is looked for
+/// that often (but no more than every `PURGE_MIN`).
+const PURGE_EVERY: Duration = Duration::from_secs(10);
+const PURGE_MIN: Duration = Duration::from_millis(100);
+/// Rows deleted in one statement.
+const PURGE_BATCH: i64 = 1000;
+
+pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let every = shared
+        .outbox
+        .config()
+        .keep_delivered
+        .clamp(PURGE_MIN, PURGE_EVERY);
+    while pause_unless_stopped(every, &mut stop).await {
+        if let Err(e) = purge(&shared, &stop).await {
+            // A database outage is the claim loop's to report.
+            tracing::debug!(outbox = %shared.outbox.name(), error = %e, "outbox: deleting delivered rows failed");
+        }
+    }
+}
+
+async fn purge(shared: &Shared, stop: &watch::Receiver<bool>) -> Result<(), OutboxError> {
+    let keep = i64::try_from(shared.outbox.config().keep_delivered.as_millis()).unwrap_or(i64::MAX);
+    loop {
+        let client = shared.outbox.client().await?;
+        let deleted = client
+            .execute(&shared.sql.purge, &[&keep, &PURGE_BATCH])
+            .await?;
+        drop(client);
+        if deleted < PURGE_BATCH as u64 || is_stopped(stop) {
+            return Ok(());
+        }
+        tokio::task::yield_now().await;
+    }
+}

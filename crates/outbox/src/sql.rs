@@ -1,0 +1,186 @@
+//! Every statement the relay and its admin operations run, written once per table.
+//!
+//! The relay's per-row cost is one share of a claim (one statement for up to all the slots
+//! free), and one share of a mark (one statement for every attempt that ended meanwhile).
+//! Every time is the database's (`now()`), never a relay's clock, so relays on machines whose
+//! clocks differ still agree on what is due and whose lease holds.
+
+use crate::config::OnDead;
+use crate::names::TableName;
+use crate::table::PayloadKind;
+
+/// What a mark sets, as the mark statement's `kind` column spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i16)]
+pub(crate) enum MarkKind {
+    /// Delivered now.
+    Delivered = 0,
+    /// Due again after a wait.
+    Retry = 1,
+    /// Dead after an attempt.
+    Dead = 2,
+    /// Dead without an attempt: the row cannot be sent (its claim is not counted).
+    Unsendable = 3,
+}
+
+/// The claim for one table: `$1` owner, `$2` lease in ms, `$3` how many; the claimed rows.
+///
+/// A row is due when it is neither delivered nor dead, its `next_attempt_at` has passed, no
+/// live lease holds it, and no earlier row (lower `seq`) of its aggregate is still undelivered
+/// (nor dead, under `on_dead = "block"`). Rows another relay is claiming right now are skipped,
+/// never waited for. An earlier row of the aggregate being claimed by another relay at the same
+/// moment still counts as undelivered, so no two rows of one aggregate are ever in flight.
+pub(crate) fn claim(table: &TableName, payload: PayloadKind, on_dead: OnDead) -> String {
+    let t = table.quoted();
+    // Under "skip" a dead row no longer holds its aggregate; under "block" it does.
+    let holds = match on_dead {
+        OnDead::Skip => "e.delivered_at IS NULL AND e.dead_at IS NULL",
+        OnDead::Block => "e.delivered_at IS NULL",
+    };
+    let body = match payload {
+        PayloadKind::Bytes => "o.payload",
+        PayloadKind::Json | PayloadKind::Text => "convert_to(o.payload::text, 'UTF8')",
+    };
+    format!(
+        "WITH due AS (
+            SELECT c.id FROM {t} c
+            WHERE c.delivered_at IS NULL AND c.dead_at IS NULL
+              AND c.next_attempt_at <= now()
+              AND (c.lease_until IS NULL OR c.lease_until <= now())
+              AND (c.aggregate_id IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM {t} e
+                    WHERE e.aggregate_id = c.aggregate_id AND e.seq < c.seq AND {holds}))
+            ORDER BY c.next_attempt_at
+            LIMIT $3
+            FOR UPDATE OF c SKIP LOCKED)
+         UPDATE {t} o
+         SET attempts = o.attempts + 1, lease_owner = $1,
+             lease_until = now() + $2::int8 * interval '1 millisecond'
+         FROM due WHERE o.id = due.id
+         RETURNING o.id::text, o.topic::text, o.aggregate_id::text, {body},
+                   o.headers::text, o.attempts,
+                   EXTRACT(EPOCH FROM clock_timestamp() - o.created_at)::float8"
+    )
+}
+
+/// The relay's other statements for one table, each fenced by the claim: the row's
+/// `lease_owner` is this relay's and its `attempts` the claim's, so a relay whose lease ran
+/// out and whose row another relay claimed since writes nothing.
+#[derive(Debug, Clone)]
+pub(crate) struct RelaySql {
+    /// `$1` ids, `$2` attempts, `$3` kinds, `$4` waits in ms, `$5` statuses, `$6` errors,
+    /// `$7` owner: the ids whose claim still held.
+    pub(crate) mark: String,
+    /// `$1` ids, `$2` attempts, `$3` owner: delivered rows deleted at once
+    /// (`keep_delivered = "0s"`); the ids whose claim still held.
+    pub(crate) delete_delivered: String,
+    /// `$1` ids, `$2` attempts, `$3` owner: claims given back unattempted.
+    pub(crate) release: String,
+    /// `$1` age in ms, `$2` how many: delivered rows older than that, deleted.
+    pub(crate) purge: String,
+}
+
+impl RelaySql {
+    pub(crate) fn new(table: &TableName) -> Self {
+        let t = table.quoted();
+        let mark = format!(
+            "UPDATE {t} o SET
+                 delivered_at = CASE WHEN m.kind = 0 THEN now() END,
+                 dead_at = CASE WHEN m.kind >= 2 THEN now() END,
+                 next_attempt_at = CASE WHEN m.kind = 1
+                     THEN now() + m.wait_ms * interval '1 millisecond' ELSE o.next_attempt_at END,
+                 attempts = CASE WHEN m.kind = 3 THEN o.attempts - 1 ELSE o.attempts END,
+                 last_status = m.status, last_error = m.error,
+                 lease_owner = NULL, lease_until = NULL
+             FROM unnest($1::text[], $2::int4[], $3::int2[], $4::int8[], $5::int4[], $6::text[])
+                  AS m(id, attempt, kind, wait_ms, status, error)
+             WHERE o.id = m.id AND o.lease_owner = $7 AND o.attempts = m.attempt
+             RETURNING o.id::text"
+        );
+        let claimed = "unnest($1::text[], $2::int4[]) AS m(id, attempt)";
+        let fence = "o.id = m.id AND o.lease_owner = $3 AND o.attempts = m.attempt";
+        let delete_delivered =
+            format!("DELETE FROM {t} o USING {claimed} WHERE {fence} RETURNING o.id::text");
+        let release = format!(
+            "UPDATE {t} o SET attempts = o.attempts - 1, lease_owner = NULL, lease_until = NULL
+             FROM {claimed} WHERE {fence}"
+        );
+        let purge = format!(
+            "DELETE FROM {t} WHERE id IN (
+                 SELECT id FROM {t} WHERE delivered_at < now() - $1::int8 * interval '1 millisecond'
+                 ORDER BY delivered_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+        );
+        Self {
+            mark,
+            delete_delivered,
+            release,
+            purge,
+        }
+    }
+}
+
+/// The admin operations' statements for one table.
+#[derive(Debug, Clone)]
+pub(crate) struct AdminSql {
+    /// The counts, in one row.
+    pub(crate) counts: String,
+    /// `$1` how many, `$2` after which id (or null): dead rows in `seq` order.
+    pub(crate) dead: String,
+    /// `$1` id: a dead row pending again, with a fresh attempt budget.
+    pub(crate) retry: String,
+    /// `$1` id: a dead row deleted.
+    pub(crate) delete: String,
+    /// `$1`..`$5`: one event inserted (the application's helper).
+    pub(crate) insert: [String; 3],
+}
+
+impl AdminSql {
+    pub(crate) fn new(table: &TableName) -> Self {
+        let t = table.quoted();
+        let live = "delivered_at IS NULL AND dead_at IS NULL";
+        let counts = format!(
+            "SELECT
+               (SELECT count(*) FROM {t} WHERE {live} AND (lease_until IS NULL OR lease_until <= now())),
+               (SELECT count(*) FROM {t} WHERE {live} AND lease_until > now()),
+               (SELECT count(*) FROM {t} WHERE dead_at IS NOT NULL),
+               (SELECT count(*) FROM {t} WHERE delivered_at > now() - interval '1 hour'),
+               (SELECT COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(created_at)), 0)::float8
+                  FROM {t} WHERE {live}),
+               (SELECT count(DISTINCT d.aggregate_id) FROM {t} d
+                  WHERE d.dead_at IS NOT NULL AND d.aggregate_id IS NOT NULL AND EXISTS (
+                    SELECT 1 FROM {t} l WHERE l.aggregate_id = d.aggregate_id AND l.seq > d.seq
+                      AND l.delivered_at IS NULL AND l.dead_at IS NULL))"
+        );
+        let dead = format!(
+            "SELECT id::text, topic::text, aggregate_id::text, attempts, last_status, last_error::text,
+                    created_at
+             FROM {t}
+             WHERE dead_at IS NOT NULL
+               AND ($2::text IS NULL OR seq > (SELECT seq FROM {t} WHERE id = $2::text))
+             ORDER BY seq LIMIT $1"
+        );
+        let retry = format!(
+            "UPDATE {t} SET dead_at = NULL, attempts = 0, next_attempt_at = now(),
+                 lease_owner = NULL, lease_until = NULL
+             WHERE id = $1 AND dead_at IS NOT NULL"
+        );
+        let delete = format!("DELETE FROM {t} WHERE id = $1 AND dead_at IS NOT NULL");
+        let insert = |payload: &str| {
+            format!(
+                "INSERT INTO {t} (id, topic, aggregate_id, payload, headers) \
+                 VALUES ($1, $2, $3, {payload}, $5::text::jsonb)"
+            )
+        };
+        Self {
+            counts,
+            dead,
+            retry,
+            delete,
+            insert: [
+                insert("$4::text::jsonb"),
+                insert("$4::text"),
+                insert("$4::bytea"),
+            ],
+        }
+    }
+}

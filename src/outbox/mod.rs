@@ -1,0 +1,144 @@
+//! Outbox relays (docs/reference.md#outbox-relays): one per `[[outboxes]]` table, run by the
+//! `idempotency-outbox` crate, sending through the proxy's upstream client (`transport.rs`).
+//!
+//! Before anything is served each table is checked, and a table that lacks what the relay
+//! needs stops the start, naming each column; a database that does not answer yet only delays
+//! its relay, which checks the table itself once it does. The relays outlive reloads (a reload
+//! may not change them) and are drained with the proxy, within the same `drain_timeout`.
+
+mod gauges;
+mod transport;
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use idempotency_outbox::{Health, Outbox, OutboxError, Relay};
+use idempotency_postgres::ConnectOptions;
+
+use crate::scraped::{GaugeSource, Named, ScrapedGauges};
+use crate::tls::UpstreamTls;
+use gauges::OutboxGauges;
+use idempotency_outbox::OutboxConfig;
+use idempotency_postgres::DatabaseUrl;
+use transport::UpstreamTransport;
+
+/// One `[[outboxes]]` table: a relay, its database and its TLS towards receivers.
+#[derive(Debug, Clone)]
+pub struct OutboxSettings {
+    /// What the relay does.
+    pub relay: OutboxConfig,
+    /// The database holding the table.
+    pub database: DatabaseUrl,
+    /// `database` as `--check` prints it: the `env:`/`file:` reference as written, or the URL
+    /// without its password.
+    pub database_reference: String,
+    /// What connections to `https://` receivers trust and present.
+    pub upstream_tls: UpstreamTls,
+}
+
+/// Database connections each outbox keeps: its claims, its marks, its purge and the admin
+/// endpoints' counts (its `LISTEN` has a connection of its own).
+const POOL_SIZE: usize = 6;
+
+/// The outboxes of one process: each table and, once started, its relay.
+#[derive(Debug, Default)]
+pub(crate) struct Outboxes {
+    relays: Mutex<Vec<Relay>>,
+}
+
+/// The outboxes built from the config, their tables checked, not yet relaying.
+#[derive(Debug)]
+pub(crate) struct Checked(Vec<(Outbox, Arc<UpstreamTransport>)>);
+
+/// Builds each outbox and checks its table. `Err` names every refused table's problems; a
+/// database that does not answer is logged and left to its relay.
+pub(crate) async fn check(settings: &[OutboxSettings]) -> Result<Checked, String> {
+    let mut checked = Vec::with_capacity(settings.len());
+    let mut refused = Vec::new();
+    for outbox in settings {
+        let options = ConnectOptions {
+            pool_size: POOL_SIZE,
+            application_name: format!("idempotency-proxy outbox {}", outbox.relay.name),
+            ..ConnectOptions::default()
+        };
+        let opened = Outbox::new(outbox.relay.clone(), outbox.database.clone(), options)
+            .map_err(|e| format!("outbox {:?}: {e}", outbox.relay.name.as_str()))?;
+        match opened.check_table().await {
+            Ok(_) => {}
+            Err(OutboxError::Table(problems)) => {
+                refused.push(format!(
+                    "outbox {:?}: {problems}",
+                    outbox.relay.name.as_str()
+                ));
+            }
+            Err(e) => {
+                tracing::warn!(outbox = %outbox.relay.name, database = %outbox.database, error = %e, "outbox: the database does not answer; its relay starts when it does");
+            }
+        }
+        checked.push((opened, Arc::new(UpstreamTransport::new(outbox))));
+    }
+    if refused.is_empty() {
+        Ok(Checked(checked))
+    } else {
+        Err(refused.join("; "))
+    }
+}
+
+impl Outboxes {
+    fn relays(&self) -> MutexGuard<'_, Vec<Relay>> {
+        self.relays.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts a relay for each checked outbox, on the current runtime, and has `/metrics`
+    /// count each table when scraped.
+    pub(crate) fn start(&self, checked: Checked, scraped: &ScrapedGauges) {
+        let mut relays = self.relays();
+        let mut gauges = Vec::with_capacity(checked.0.len());
+        for (outbox, transport) in checked.0 {
+            tracing::info!(outbox = %outbox.name(), database = %outbox.database(), table = %outbox.config().table, "outbox relay starting");
+            let source: Arc<dyn GaugeSource> = Arc::new(OutboxGauges::new(outbox.clone()));
+            let name = outbox.name().as_str().to_owned();
+            gauges.push(Named { name, source });
+            relays.push(outbox.start_relay(transport));
+        }
+        scraped.replace("outbox", gauges);
+    }
+
+    /// One line for each relay that is not doing its work, saying why.
+    pub(crate) fn unready(&self) -> Vec<String> {
+        let relays = self.relays();
+        relays
+            .iter()
+            .filter_map(|relay| {
+                let why = match relay.health() {
+                    Health::Ready => return None,
+                    Health::Starting => "has not reached its database yet".to_owned(),
+                    Health::Unreachable(e) => format!("cannot reach its database ({e})"),
+                    Health::TableRefused(e) => format!("cannot use its table ({e})"),
+                    Health::Stopped => "is stopped".to_owned(),
+                };
+                Some(format!("outbox {:?} {why}", relay.outbox().name().as_str()))
+            })
+            .collect()
+    }
+
+    /// Drains every relay at once, within `timeout`.
+    pub(crate) async fn drain(&self, timeout: Duration) {
+        let relays = std::mem::take(&mut *self.relays());
+        let drains: Vec<_> = relays
+            .into_iter()
+            .map(|relay| {
+                tokio::spawn(async move {
+                    let name = relay.outbox().name().clone();
+                    let drained = relay.drain(timeout).await;
+                    if drained.attempts_left > 0 || !drained.marks_written {
+                        tracing::warn!(outbox = %name, attempts_left = drained.attempts_left, marks_written = drained.marks_written, "outbox: the drain timed out; unfinished rows are attempted again after their lease");
+                    }
+                })
+            })
+            .collect();
+        for drain in drains {
+            let _ = drain.await;
+        }
+    }
+}
