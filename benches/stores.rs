@@ -1,6 +1,6 @@
 //! Store throughput: reserve+complete pairs on distinct keys from many tasks at once, the file
-//! store (write-ahead log, one sync shared by every completion in a stretch of the log) next to
-//! the memory store; then the CPU time per pair (the process's user and system time from
+//! store (a log of segments with an index in memory, one sync shared by every completion in a
+//! stretch of the log) next to the memory store; then the CPU time per pair (the process's user and system time from
 //! `/proc/self/stat`, over `CPU_ROUNDS` rounds), which the throughput alone does not show.
 //!
 //! `cargo bench --bench stores`
@@ -64,6 +64,14 @@ async fn pair(store: &dyn Store, name: &str) {
 /// A store and the name its figures are reported under.
 type NamedStore = (&'static str, Arc<dyn Store>);
 
+/// Removes a file store's file and its log folder.
+fn remove_store(path: &std::path::Path) {
+    let _ = std::fs::remove_file(path);
+    let mut log = path.as_os_str().to_owned();
+    log.push("-log");
+    let _ = std::fs::remove_dir_all(log);
+}
+
 /// A runtime of 2 threads, and a fresh file store (in a file named after `name`) and memory
 /// store to run on it; the file's path, to remove afterwards.
 fn runtime_and_stores(name: &str) -> (Runtime, PathBuf, [NamedStore; 2]) {
@@ -76,7 +84,7 @@ fn runtime_and_stores(name: &str) -> (Runtime, PathBuf, [NamedStore; 2]) {
         "idempotency-proxy-{name}-{}.redb",
         std::process::id()
     ));
-    let _ = std::fs::remove_file(&path);
+    remove_store(&path);
     let file: Arc<dyn Store> = Arc::new(FileStore::open(&path).unwrap());
     let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
     (runtime, path, [("file", file), ("memory", memory)])
@@ -105,7 +113,7 @@ fn reserve_complete_pairs(c: &mut Criterion) {
         });
     }
     group.finish();
-    let _ = std::fs::remove_file(&path);
+    remove_store(&path);
 }
 
 /// Rounds of `PAIRS` pairs per store for the CPU figure: enough for a few hundred clock ticks.
@@ -146,7 +154,7 @@ fn cpu_per_pair(_: &mut Criterion) {
             CPU_ROUNDS * PAIRS,
         );
     }
-    let _ = std::fs::remove_file(&path);
+    remove_store(&path);
 }
 
 criterion_group!(benches, reserve_complete_pairs, cpu_per_pair);

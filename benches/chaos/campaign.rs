@@ -12,9 +12,10 @@ use tokio::time::Instant;
 use crate::clients::{Clients, Operation};
 use crate::history::{self, Journal, RunInfo};
 use crate::nemesis::{self, Targets};
+use crate::prefill::{self, Prefill};
 use crate::proxies::{self, LEASE, UPSTREAM_TIMEOUT};
 use crate::rng::Rng;
-use crate::stores::{Store, StoreKind};
+use crate::stores::{self, Store, StoreKind};
 use crate::upstream::Upstream;
 
 pub struct Settings {
@@ -31,10 +32,11 @@ pub struct Settings {
 /// cluster master restarts.
 const SWEEP_BUDGET: Duration = Duration::from_secs(120);
 
-/// Runs the campaign and writes its histories to `settings.dir`.
-pub async fn run(settings: &Settings) -> Result<(), String> {
+/// Runs the campaign and writes its histories to `settings.dir`; whether the file store kept
+/// every record it was prefilled with (`prefill.rs`; always, for the other stores).
+pub async fn run(settings: &Settings) -> Result<bool, String> {
     history::now();
-    let (targets, clients) = start(settings).await?;
+    let (targets, clients, prefilled) = start(settings).await?;
     let schedule = nemesis::plan(
         settings.seed,
         settings.store,
@@ -56,14 +58,33 @@ pub async fn run(settings: &Settings) -> Result<(), String> {
     clients.journal.flush();
     targets.upstream.flush();
     stop(&targets).await;
-    Ok(())
+    let Some(prefilled) = prefilled else {
+        return Ok(true);
+    };
+    match prefill::check(&prefilled).await {
+        Ok(summary) => println!("chaos: {summary}"),
+        Err(lost) => {
+            println!("chaos: {lost}");
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
-/// Brings up the store, the upstream and the proxies, and readies the clients.
-async fn start(settings: &Settings) -> Result<(Arc<Targets>, Arc<Clients>), String> {
+/// Brings up the store (a file store prefilled), the upstream and the proxies, and readies the
+/// clients.
+async fn start(
+    settings: &Settings,
+) -> Result<(Arc<Targets>, Arc<Clients>, Option<Prefill>), String> {
     let dir = &settings.dir;
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let store = Store::start(settings.store, dir).await?;
+    let prefilled = match settings.store {
+        StoreKind::File => {
+            Some(prefill::write(&stores::file_path(dir, 0), settings.duration).await?)
+        }
+        _ => None,
+    };
     let upstream = Upstream::new(settings.seed, journal(dir, history::EXECUTIONS)?);
     let upstream_ports = upstream
         .start(settings.replicas)
@@ -79,7 +100,7 @@ async fn start(settings: &Settings) -> Result<(Arc<Targets>, Arc<Clients>), Stri
         store,
         upstream,
     });
-    Ok((targets, clients))
+    Ok((targets, clients, prefilled))
 }
 
 /// Clients and nemesis side by side for the duration; returns every operation started.

@@ -14,6 +14,7 @@ mod clients;
 mod history;
 mod http;
 mod nemesis;
+mod prefill;
 mod process;
 mod proxies;
 mod relay;
@@ -92,12 +93,18 @@ fn main() -> ExitCode {
                 binary,
             };
             println!("chaos: seed {seed} (rerun with --seed {seed})");
-            if let Err(e) = runtime.block_on(campaign::run(&settings)) {
-                eprintln!("chaos: {e}");
-                return ExitCode::from(2);
-            }
+            let kept = match runtime.block_on(campaign::run(&settings)) {
+                Ok(kept) => kept,
+                Err(e) => {
+                    eprintln!("chaos: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             drop(runtime);
-            check(&dir)
+            match (check(&dir), kept) {
+                (_, false) => ExitCode::FAILURE,
+                (checked, true) => checked,
+            }
         }
     }
 }

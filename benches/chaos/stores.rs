@@ -35,6 +35,11 @@ pub struct Store {
 }
 
 const CLUSTER_MASTERS: usize = 3;
+
+/// Where proxy `index` keeps its file store.
+pub fn file_path(run: &Path, index: usize) -> std::path::PathBuf {
+    run.join(format!("proxy-{index}.db"))
+}
 const START_LIMIT: Duration = Duration::from_secs(20);
 
 impl Store {
@@ -63,7 +68,7 @@ impl Store {
                 .map(|n| format!("127.0.0.1:{}", n.relay.port))
         };
         match self.kind {
-            StoreKind::File => format!("file:{}", run.join(format!("proxy-{index}.db")).display()),
+            StoreKind::File => format!("file:{}", file_path(run, index).display()),
             StoreKind::Redis => format!("redis://127.0.0.1:{}", self.nodes[0].relay.port),
             StoreKind::Cluster => {
                 format!("redis+cluster://{}", relays().collect::<Vec<_>>().join(","))

@@ -118,7 +118,7 @@ def all_cases(redis_url):
         Case("ours-keyed-redis", "ours keyed first, Redis", Proxy(redis), KEYED,
              (throughput(0.54), p99(1.5), small)),
         Case("ours-keyed-file", "ours keyed first, file", Proxy(file), KEYED,
-             (throughput(0.5), cpu_us(35), small)),
+             (throughput(0.6), cpu_us(35), small)),
         # The same Redis store on servers of the run's own (stores.py): a Valkey 9, whose fenced
         # writes are its own SET ... IFEQ and DELIFEQ instead of scripts, and a cluster of three
         # Redis masters, the smallest that spreads keys over machines.

@@ -8,6 +8,7 @@ the run's id, `@NAME@` the case's slug).
 """
 
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -184,7 +185,7 @@ class Proxy:
             fixtures.processes.stop(process)
             _remove(stderr_path)  # its request log: as large as the run was long
             if store.startswith("file:"):
-                _remove(store[len("file:"):])
+                remove_file_store(store[len("file:"):])
 
         return Running(port, [process.pid], process.pid, stop, scheme, admin_port, own_store)
 
@@ -199,6 +200,13 @@ def _remove(path):
         os.remove(path)
     except FileNotFoundError:
         pass
+
+
+def remove_file_store(path):
+    """A file store: its file, its log folder beside it, and an older release's log."""
+    _remove(path)
+    _remove(path + "-wal")
+    shutil.rmtree(path + "-log", ignore_errors=True)
 
 
 def _last_line(path):

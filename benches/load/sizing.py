@@ -40,7 +40,7 @@ import time
 
 from procs import Interrupted, bench_scope, cpu_seconds, free_port, interrupted, log
 from sizing_probes import (Growth, Monitor, Snapshot, Syscalls, calls_between, node_shares,
-                           node_sum)
+                           node_sum, store_bytes)
 from redisclient import Redis
 from runner import HERE, ROOT
 from servers import Fixtures, Proxy, Running
@@ -203,7 +203,7 @@ def stop_and_wait(server):
 
 def file_sizes(fixtures, which):
     db = os.path.join(fixtures.tmp, f"sizing-{which}.db")
-    return {path: os.path.getsize(path) for path in (db, db + "-wal") if os.path.exists(path)}
+    return {db: store_bytes(db)} if os.path.exists(db) else {}
 
 
 def measure_store(fixtures, store_name, args):

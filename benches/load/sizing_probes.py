@@ -184,8 +184,16 @@ class Monitor:
         return {"sent": sent, "in scripts": in_scripts}
 
 
+def store_bytes(path):
+    """A file store's bytes on disk: its file, and the segments of its log folder."""
+    log = path + "-log"
+    segments = [os.path.join(log, name) for name in os.listdir(log)] if os.path.isdir(log) else []
+    return sum(os.path.getsize(p) for p in [path, *segments] if os.path.exists(p))
+
+
 class Growth:
-    """Polls a file's size until `stop`: [(file bytes, request log bytes)] at each change."""
+    """Polls a file store's size until `stop`: [(store bytes, request log bytes)] at each
+    change."""
 
     def __init__(self, path, log_path, every_s=0.02):
         self.path, self.log_path, self.every_s = path, log_path, every_s
@@ -197,7 +205,7 @@ class Growth:
     def _poll(self):
         last = None
         while self.running:
-            size = os.path.getsize(self.path)
+            size = store_bytes(self.path)
             if size != last:
                 self.steps.append((size, os.path.getsize(self.log_path)))
                 last = size

@@ -1,63 +1,63 @@
-//! What each queued write does to the tables, inside the writer's batch transaction.
-//!
-//! Each operation sees the effects of those before it in the batch, so a batch behaves exactly
-//! like the same operations one after another: `reserve` looks up and inserts in the same
-//! transaction, and the fenced writes act only on the in-flight record of the caller's token.
+//! What the writer thread is asked to do (`Op`), what it answers (`Answer`), and the batch an
+//! operation is applied in: the changes it writes to the log's next entry, the reads it makes
+//! of the log, and each segment's counts kept as it goes.
 
 use std::time::Duration;
 
-use redb::StorageError;
 use tokio::sync::oneshot;
 
+use super::change::{Change, Reader};
 use super::guard::Guard;
-use super::queue::{QueueAnswer, QueueOp, QueueTables};
-use super::tables::{self, Tables};
-use idempotency_core::model::{DeliveryId, FencingToken, Record};
+use super::journal::{Journal, Loc};
+use super::log::Log;
+use super::queue::{QueueAnswer, QueueOp};
+use super::space::Space;
+use super::values;
+use idempotency_core::model::{DeliveryId, FencingToken, ScopedKey};
 use idempotency_core::store::{Fenced, Removal, Removed, StoreError};
 
-/// A write, carrying the encoded record where there is one (with room for its expiry).
+/// A write or a read, carrying the encoded record where there is one (with room for its expiry).
 pub(super) enum Op {
     Reserve {
-        key: String,
+        key: ScopedKey,
         value: Vec<u8>,
         lease: Duration,
     },
     Renew {
-        key: String,
+        key: ScopedKey,
         token: FencingToken,
         lease: Duration,
     },
     Complete {
-        key: String,
+        key: ScopedKey,
         token: FencingToken,
         value: Vec<u8>,
         ttl: Duration,
     },
     Release {
-        key: String,
+        key: ScopedKey,
         token: FencingToken,
     },
     Remove {
-        key: String,
+        key: ScopedKey,
         removal: Removal,
+    },
+    Get {
+        key: ScopedKey,
     },
     /// Records an inbox acknowledgement and queues its delivery, or finds the key's record.
     Accept {
-        key: String,
+        key: ScopedKey,
         value: Vec<u8>,
         ttl: Duration,
-        queue: String,
         id: DeliveryId,
         due: u64,
         delivery: Vec<u8>,
     },
     Queue(QueueOp),
-}
-
-impl Op {
-    pub(super) fn touches_queues(&self) -> bool {
-        matches!(self, Op::Accept { .. } | Op::Queue(_))
-    }
+    /// How many records the index holds, expired ones not forgotten yet included.
+    Count,
+    Ping,
 }
 
 pub(super) enum Answer {
@@ -69,126 +69,84 @@ pub(super) enum Answer {
     Queue(QueueAnswer),
     /// `reserve` found no record, but reservations wait this long after a machine crash.
     Recovering(Duration),
+    /// `get`: the live record's stored value (its expiry, then its encoding).
+    Record(Option<Vec<u8>>),
+    Count(u64),
+    Pong,
 }
 
 /// Where a caller waits for its answer.
 pub(super) type Reply = oneshot::Sender<Result<Answer, StoreError>>;
 
-/// The time of a batch and the wait after a machine crash, which every operation applies by.
-#[derive(Clone, Copy)]
-pub(super) struct Clock {
+/// One batch being applied: its entry's changes, the log to read from, the counts to keep.
+pub(super) struct Batch<'a> {
+    pub(super) journal: Journal,
+    pub(super) log: &'a mut Log,
+    pub(super) space: &'a mut Space,
+    /// The time every operation of the batch applies by (unix ms).
     pub(super) now: u64,
+    /// The wait after a machine crash.
     pub(super) guard: Guard,
 }
 
-impl Clock {
-    fn until(self, life: Duration) -> u64 {
+impl Batch<'_> {
+    /// The time `life` from now, in unix ms.
+    pub(super) fn until(&self, life: Duration) -> u64 {
         let life = u64::try_from(life.as_millis()).unwrap_or(u64::MAX);
         self.now.saturating_add(life)
     }
-}
 
-pub(super) fn apply_one(
-    tables: &mut Tables<'_>,
-    queues: Option<&mut QueueTables<'_>>,
-    op: Op,
-    clock: Clock,
-) -> Result<Answer, redb::Error> {
-    let now = clock.now;
-    let answer = match op {
-        Op::Reserve { key, value, lease } => {
-            let wait = clock.guard.wait(now, lease);
-            reserve(tables, &key, value, now, clock.until(lease), wait)
+    /// Writes a stamped record value under `key`, current from now on.
+    pub(super) fn put_record(&mut self, key: &str, value: &[u8]) -> Loc {
+        let loc = self.journal.record_put(key, value);
+        self.space.changed(loc.segment());
+        self.space.record_current(loc, values::expiry(value));
+        loc
+    }
+
+    pub(super) fn delete_record(&mut self, key: &str) {
+        self.journal.record_delete(key);
+        self.space.changed(self.log.head());
+    }
+
+    /// Writes a delivery's value (live or dead), current from now on.
+    pub(super) fn put_delivery(&mut self, queue: &str, id: u128, value: &[u8], dead: bool) -> Loc {
+        let loc = match dead {
+            false => self.journal.live_put(queue, id, value),
+            true => self.journal.dead_put(queue, id, value),
+        };
+        self.space.changed(loc.segment());
+        self.space.delivery_current(loc);
+        loc
+    }
+
+    /// Deletes a delivery that was at `loc`.
+    pub(super) fn delete_delivery(&mut self, queue: &str, id: u128, loc: Loc, dead: bool) {
+        match dead {
+            false => self.journal.live_delete(queue, id),
+            true => self.journal.dead_delete(queue, id),
         }
-        Op::Renew { key, token, lease } => fenced(tables, &key, token, now, |tables, mut held| {
-            tables::stamp(&mut held, clock.until(lease));
-            tables.put(&key, &held)
-        }),
-        Op::Complete {
-            key,
-            token,
-            mut value,
-            ttl,
-        } => fenced(tables, &key, token, now, |tables, _| {
-            tables::stamp(&mut value, clock.until(ttl));
-            tables.put(&key, &value)
-        }),
-        Op::Release { key, token } => fenced(tables, &key, token, now, |t, _| t.delete(&key)),
-        Op::Remove { key, removal } => remove(tables, &key, removal, now),
-        Op::Accept {
-            key,
-            value,
-            ttl,
-            queue,
-            id,
-            due,
-            delivery,
-        } => {
-            let answer = reserve(tables, &key, value, now, clock.until(ttl), None)?;
-            if let (Answer::Acquired, Some(queues)) = (&answer, queues) {
-                queues.push(&queue, id, due, &delivery)?;
-            }
-            Ok(answer)
+        self.space.changed(self.log.head());
+        self.space.delivery_replaced(loc);
+    }
+
+    /// The value of the put at `loc` (a record's or a delivery's).
+    pub(super) fn read_value(&mut self, loc: Loc) -> std::io::Result<Vec<u8>> {
+        let bytes = self.log.read(loc, &self.journal)?;
+        match Reader::new(&bytes).next_change() {
+            Ok(Some(
+                Change::RecordPut { value, .. }
+                | Change::LivePut { value, .. }
+                | Change::DeadPut { value, .. },
+            )) => Ok(value.to_vec()),
+            _ => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "segment {} holds no put at byte {}",
+                    loc.segment(),
+                    loc.offset()
+                ),
+            )),
         }
-        Op::Queue(op) => match queues {
-            Some(queues) => queues.apply(op, clock.guard).map(Answer::Queue),
-            None => Err(StorageError::Io(std::io::Error::other(
-                "the queue tables were not opened",
-            ))),
-        },
-    };
-    Ok(answer?)
-}
-
-/// The live record under `key`, or else `value` written there, in the same transaction; a
-/// fresh reservation is refused while the wait after a machine crash lasts.
-fn reserve(
-    tables: &mut Tables<'_>,
-    key: &str,
-    mut value: Vec<u8>,
-    now: u64,
-    expiry: u64,
-    wait: Option<Duration>,
-) -> Result<Answer, StorageError> {
-    if let Some(existing) = tables.live(key, now)? {
-        return Ok(Answer::Existing(tables::record(&existing).to_vec()));
     }
-    if let Some(wait) = wait {
-        return Ok(Answer::Recovering(wait));
-    }
-    tables::stamp(&mut value, expiry);
-    tables.put(key, &value)?;
-    Ok(Answer::Acquired)
-}
-
-/// Runs `write` with the held value only if `token` still holds `key`.
-fn fenced(
-    tables: &mut Tables<'_>,
-    key: &str,
-    token: FencingToken,
-    now: u64,
-    write: impl FnOnce(&mut Tables<'_>, Vec<u8>) -> Result<(), StorageError>,
-) -> Result<Answer, StorageError> {
-    let Some(held) = tables.held_by(key, token, now)? else {
-        return Ok(Answer::Fenced(Fenced::LeaseLost));
-    };
-    write(tables, held)?;
-    Ok(Answer::Fenced(Fenced::Applied))
-}
-
-fn remove(
-    tables: &mut Tables<'_>,
-    key: &str,
-    removal: Removal,
-    now: u64,
-) -> Result<Answer, StorageError> {
-    let Some(value) = tables.live(key, now)? else {
-        return Ok(Answer::Removed(Removed::Missing));
-    };
-    let in_flight = Record::encoded_in_flight(tables::record(&value));
-    if in_flight && removal == Removal::CompletedOnly {
-        return Ok(Answer::Removed(Removed::KeptInFlight));
-    }
-    tables.delete(key)?;
-    Ok(Answer::Removed(Removed::Removed))
 }

@@ -13,31 +13,6 @@
 
 use std::time::Duration;
 
-const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
-
-/// How a file store is opened, beyond its path.
-#[derive(Debug, Clone, Default)]
-pub struct FileStoreOptions {
-    boot_id: Option<String>,
-}
-
-impl FileStoreOptions {
-    /// Takes `boot_id` for the machine's boot instead of reading it from the system: a test
-    /// stands for a restart of the machine by giving another.
-    pub fn boot_id(mut self, boot_id: impl Into<String>) -> Self {
-        self.boot_id = Some(boot_id.into());
-        self
-    }
-
-    /// The boot this start happens on, if it can be told.
-    pub(super) fn current_boot(&self) -> Option<String> {
-        self.boot_id.clone().or_else(|| {
-            let read = std::fs::read_to_string(BOOT_ID).ok()?;
-            Some(read.trim().to_owned()).filter(|id| !id.is_empty())
-        })
-    }
-}
-
 /// Since when fresh reservations wait out a lease: the last entry written before a machine
 /// crash (unix ms), or 0 for no wait.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -65,11 +40,5 @@ mod tests {
         assert_eq!(guard.wait(10_500, lease), Some(Duration::from_millis(1500)));
         assert_eq!(guard.wait(12_000, lease), None);
         assert_eq!(Guard::default().wait(1, lease), None);
-    }
-
-    #[test]
-    fn a_given_boot_id_stands_for_the_systems() {
-        let options = FileStoreOptions::default().boot_id("test-boot");
-        assert_eq!(options.current_boot().as_deref(), Some("test-boot"));
     }
 }

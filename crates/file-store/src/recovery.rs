@@ -1,138 +1,249 @@
-//! Opening the store: the file as its last durable commit left it, the log's entries replayed
-//! on top, and the wait that a machine crash calls for.
+//! Opening the store: the store file's `meta` (converting a file of the previous release
+//! first), the log read from its oldest segment to its newest into memory, and the wait that a
+//! machine crash calls for.
 //!
-//! In one durable transaction: every table is created if missing; the entries of the log past
-//! the file's `applied` are replayed in order (a torn or corrupt tail was already cut by the
-//! scan at the last whole entry); the start is recorded (this boot, not closed cleanly). Only
-//! then is the log started afresh, so a crash at any point of opening leaves a file and a log
-//! that open again to the same state.
+//! Only the last segment can end in a torn entry (`log.rs`): it is cut at its last whole entry,
+//! the bytes after are dropped from the file, and what is left is synced (a process killed on
+//! this boot left it written, not synced) before anything new is written or read. Damage in
+//! another segment is damage to bytes that were on the disk: the entries it broke are lost
+//! (and said so, loudly), the reading goes on at the next intact entry. Then the start is
+//! recorded (this boot, not closed cleanly) with a durable commit, and a new head segment is
+//! started, so a crash at any point of opening leaves a store that opens again to the same state.
 
-use std::path::Path;
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
-use redb::{Database, TableHandle, WriteTransaction};
+use redb::{Database, ReadableDatabase, TableHandle};
 
-use super::guard::{FileStoreOptions, Guard};
+use super::convert;
+use super::guard::Guard;
+use super::housekeeping::write_meta;
+use super::log::{self, Log};
 use super::meta::{Meta, LAYOUT, META};
-use super::queue::QueueTables;
-use super::replay;
+use super::options::FileStoreOptions;
+use super::segment::{self, HEADER_LEN, MAGIC};
+use super::state::State;
 use super::syncer::Durability;
-use super::tables::{Tables, RECORDS};
-use super::wal::{self, LogFile, Scan};
 use super::writer::Start;
 use idempotency_core::model::now_millis;
 
-/// Opens the log beside the open store file `db` at `path`, brings the file up to date from
-/// it, and returns what the writer starts from; the error is a sentence for the operator.
-pub(super) fn recover(
+/// What reading the log found.
+#[derive(Default)]
+struct Read {
+    segments: Vec<u32>,
+    last_seq: u64,
+    last_written_at: u64,
+    /// The last segment's bytes after its last whole entry, dropped.
+    cut: u64,
+}
+
+/// Opens the log beside the open store file `db` at `path`, reads it into memory, and returns
+/// what the writer starts from; the error is a sentence for the operator.
+pub(super) fn open(
     path: &Path,
-    db: Arc<Database>,
+    mut db: Database,
     options: &FileStoreOptions,
 ) -> Result<Start, String> {
-    let log_path = wal::log_path(path);
-    let shown = log_path.display();
-    let scan = wal::scan(&log_path).map_err(|e| format!("{shown}: {e}"))?;
-    let txn = db.begin_write().map_err(|e| e.to_string())?;
-    let previous_release = written_by_previous_release(&txn)?;
+    let began = Instant::now();
+    let dir = log::dir_of(path);
+    let shown = dir.display();
+    let mut meta = read_meta(&db)?;
+    if meta.layout.is_some_and(|layout| layout > LAYOUT) {
+        return Err(format!(
+            "the store file is of layout {}, written by a later release; run that release",
+            meta.layout.unwrap_or_default()
+        ));
+    }
+    if meta.layout == Some(LAYOUT) && !dir.is_dir() {
+        return Err(format!("its log folder {shown} is missing: restore it (a copy of the store is the file and the folder together), or move the store file away to start an empty store"));
+    }
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("{shown}: cannot create the log folder: {e}"))?;
+    let converted = match meta.layout != Some(LAYOUT) && has_records(&db)? {
+        true => Some(convert::convert(path, &db, &dir, options)?),
+        false => None,
+    };
+    if let Some(converted) = &converted {
+        meta = converted.meta.clone();
+        // The tables' pages are free now: give them back to the file system.
+        let _ = db.compact();
+    }
+    let mut state = State::new();
+    let read = read_log(&dir, &mut state)?;
     let boot = options.current_boot();
-    let (meta, replayed) = bring_up_to_date(&txn, &scan.unwrap_or_default(), boot.clone())
-        .map_err(|e| format!("{shown}: {e}"))?;
-    txn.commit().map_err(|e| e.to_string())?;
-    let log = LogFile::start(&log_path).map_err(|e| format!("{shown}: cannot write: {e}"))?;
-    report(path, previous_release, replayed, &meta);
+    let same_boot = boot.is_some() && meta.boot == boot;
+    let machine_crash = !meta.clean && !same_boot;
+    if machine_crash {
+        let lost_from = read.last_written_at.max(meta.opened_at);
+        meta.guard_from = meta.guard_from.max(lost_from);
+    }
+    meta = Meta {
+        layout: Some(LAYOUT),
+        boot,
+        clean: false,
+        opened_at: now_millis(),
+        ..meta
+    };
+    write_meta(&db, &meta)
+        .map_err(|e| format!("cannot record the start in the store file: {e}"))?;
+    let head = read.segments.last().map_or(1, |last| last + 1);
+    let log = Log::start(&dir, head, options.segment_limit())
+        .map_err(|e| format!("{shown}: cannot start a log segment: {e}"))?;
+    state.space.add_segment(head);
+    remove_previous_log(path);
+    report(
+        path,
+        &read,
+        &state,
+        machine_crash,
+        &meta,
+        converted.as_ref(),
+        began,
+    );
     Ok(Start {
-        durability: Arc::new(Durability::new(meta.applied)),
+        durability: Arc::new(Durability::new(read.last_seq, log.head_file())),
         guard: Guard {
             from: meta.guard_from,
         },
         db,
-        log,
-        log_path,
         meta,
+        log,
+        state,
+        last_seq: read.last_seq,
     })
 }
 
-/// A file with the record tables and no `meta` table: the release before synced every write
-/// and kept no log, so it is opened as it is and counts as closed cleanly.
-fn written_by_previous_release(txn: &WriteTransaction) -> Result<bool, String> {
-    let tables: Vec<String> = txn
-        .list_tables()
-        .map_err(|e| e.to_string())?
-        .map(|table| table.name().to_owned())
+/// Refuses a log folder whose store file is gone: the file says how the store was closed, and
+/// without it a start could neither tell a machine crash nor that the folder is this store's.
+pub(super) fn refuse_half_a_store(path: &Path) -> Result<(), String> {
+    let dir = log::dir_of(path);
+    if path.exists() || !dir.is_dir() || segments(&dir)?.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "the store file is missing but its log folder {} holds a log: restore the file (a copy of the store is the file and the folder together), or move the folder away to start an empty store",
+        dir.display()
+    ))
+}
+
+fn read_meta(db: &Database) -> Result<Meta, String> {
+    let failed = |e: &dyn std::fmt::Display| format!("cannot read the store file: {e}");
+    let txn = db.begin_read().map_err(|e| failed(&e))?;
+    match txn.open_table(META) {
+        Ok(table) => Meta::read(&table).map_err(|e| failed(&e)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(Meta::default()),
+        Err(e) => Err(failed(&e)),
+    }
+}
+
+/// Whether the file holds a records table: one written by a release before this one.
+fn has_records(db: &Database) -> Result<bool, String> {
+    let txn = db.begin_read().map_err(|e| e.to_string())?;
+    let tables = txn.list_tables().map_err(|e| e.to_string())?;
+    let names: Vec<String> = tables.map(|table| table.name().to_owned()).collect();
+    Ok(names.iter().any(|name| name == convert::RECORDS.name()))
+}
+
+/// The log's segments, oldest first.
+pub(super) fn segments(dir: &Path) -> Result<Vec<u32>, String> {
+    let listed = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut numbers: Vec<u32> = listed
+        .filter_map(Result::ok)
+        .filter_map(|entry| log::segment_number(&entry.file_name().to_string_lossy()))
         .collect();
-    let has = |name: &str| tables.iter().any(|table| table == name);
-    Ok(has(RECORDS.name()) && !has(META.name()))
+    numbers.sort_unstable();
+    Ok(numbers)
 }
 
-/// How many entries were replayed, and how many bytes after them were dropped.
-#[derive(Clone, Copy)]
-struct Replayed {
-    entries: usize,
-    cut: u64,
-    machine_crash: bool,
-}
-
-fn bring_up_to_date(
-    txn: &WriteTransaction,
-    scan: &Scan,
-    boot: Option<String>,
-) -> Result<(Meta, Replayed), String> {
-    let failed = |e: &dyn std::fmt::Display| e.to_string();
-    let mut meta_table = txn.open_table(META).map_err(|e| failed(&e))?;
-    let mut meta = Meta::read(&meta_table).map_err(|e| failed(&e))?;
-    let unclean = meta.layout.is_some() && !meta.clean;
-    let entries = replay_after(txn, scan, &mut meta)?;
-    // The machine restarted since the store was opened, and it was not closed: the
-    // reservations of the last moments before the crash may be lost with the log's tail.
-    let machine_crash = unclean && !(boot.is_some() && meta.boot == boot);
-    if machine_crash {
-        meta.guard_from = meta.guard_from.max(meta.last_entry_at);
-    }
-    meta.layout = Some(LAYOUT);
-    meta.boot = boot;
-    meta.clean = false;
-    meta.write(&mut meta_table).map_err(|e| failed(&e))?;
-    let replayed = Replayed {
-        entries,
-        cut: scan.cut,
-        machine_crash,
+/// Reads every segment in order into `state`; cuts the last one at its last whole entry.
+fn read_log(dir: &Path, state: &mut State) -> Result<Read, String> {
+    let mut read = Read {
+        segments: segments(dir)?,
+        ..Read::default()
     };
-    Ok((meta, replayed))
-}
-
-/// Replays the entries of `scan` past `meta.applied`, moving it on; returns how many.
-fn replay_after(txn: &WriteTransaction, scan: &Scan, meta: &mut Meta) -> Result<usize, String> {
-    let failed = |e: &dyn std::fmt::Display| e.to_string();
-    let mut tables = Tables::open(txn).map_err(|e| failed(&e))?;
-    let mut queues = QueueTables::open(txn).map_err(|e| failed(&e))?;
-    let durable = meta.applied;
-    let mut replayed = 0;
-    for entry in scan.entries.iter().filter(|entry| entry.seq > durable) {
-        if entry.seq != meta.applied + 1 {
-            return Err(format!(
-                "the log goes on from entry {} but the store file ends at entry {}; move the log \
-                 aside to open the store without the writes it holds",
-                entry.seq, meta.applied
-            ));
+    let mut last: Option<u64> = None;
+    for (n, &number) in read.segments.iter().enumerate() {
+        let path = log::segment_path(dir, number);
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        segment::check_header(&bytes, MAGIC).map_err(|e| format!("{}: {e}", path.display()))?;
+        let is_last = n + 1 == read.segments.len();
+        state.space.add_segment(number);
+        let mut from = HEADER_LEN;
+        loop {
+            let run = segment::run_from(&bytes, from, last);
+            for entry in &run.entries {
+                state
+                    .replay(number, entry.payload_at(), entry.payload(&bytes))
+                    .map_err(|e| format!("{}: entry {}: {e}", path.display(), entry.seq))?;
+                last = Some(entry.seq);
+                read.last_written_at = read.last_written_at.max(entry.written_at);
+            }
+            let Some(broken) = run.broken_at else {
+                if is_last {
+                    cut(&path, bytes.len() as u64)?;
+                }
+                break;
+            };
+            if is_last {
+                read.cut = bytes.len() as u64 - broken;
+                cut(&path, broken)?;
+                break;
+            }
+            let next = last.and_then(|last| segment::resync(&bytes, broken, last));
+            let lost = next.unwrap_or(bytes.len() as u64) - broken;
+            tracing::error!(segment = %path.display(), offset = broken, bytes_lost = lost, "file store: a segment of the log is damaged on the disk; the entries in the damaged bytes are lost, the rest is read");
+            match next {
+                Some(next) => from = next,
+                None => break,
+            }
         }
-        replay::replay(&entry.payload, &mut tables, &mut queues).map_err(|e| failed(&e))?;
-        meta.applied = entry.seq;
-        meta.last_entry_at = meta.last_entry_at.max(entry.written_at);
-        replayed += 1;
     }
-    Ok(replayed)
+    read.last_seq = last.unwrap_or(0);
+    Ok(read)
 }
 
-/// The start's one log line, when there is something to say.
-fn report(path: &Path, previous_release: bool, replayed: Replayed, meta: &Meta) {
+/// Drops the last segment's bytes from `at` on, for good, and syncs what is left: a process
+/// killed on this boot left its last entries written, not synced, and they are on the disk
+/// before anyone is shown them.
+fn cut(path: &Path, at: u64) -> Result<(), String> {
+    let failed = |e: std::io::Error| format!("{}: cannot sync its end: {e}", path.display());
+    let file = OpenOptions::new().write(true).open(path).map_err(failed)?;
+    if file.metadata().map_err(failed)?.len() > at {
+        file.set_len(at.max(HEADER_LEN)).map_err(failed)?;
+    }
+    file.sync_all().map_err(failed)
+}
+
+/// The previous release's write-ahead log, once its entries are in the log (a conversion that
+/// was cut short before it could delete it).
+fn remove_previous_log(path: &Path) {
+    let wal: PathBuf = log::wal_of(path);
+    if wal.exists() {
+        let _ = std::fs::remove_file(&wal);
+    }
+}
+
+/// The start's log lines.
+fn report(
+    path: &Path,
+    read: &Read,
+    state: &State,
+    machine_crash: bool,
+    meta: &Meta,
+    converted: Option<&convert::Converted>,
+    began: Instant,
+) {
     let path = path.display();
-    if previous_release {
-        tracing::info!(%path, "file store written by the previous release: opened as it is; writes now go through a write-ahead log beside it");
+    if let Some(converted) = converted {
+        tracing::info!(%path, records = converted.records, deliveries = converted.deliveries, replayed = converted.replayed, "file store written by the previous release: converted to this release's log of segments beside it (PATH-log), and the store file keeps only its state");
     }
-    if replayed.machine_crash {
-        let since = now_millis().saturating_sub(meta.last_entry_at) / 1000;
-        tracing::warn!(%path, last_write_seconds_ago = since, replayed = replayed.entries, "file store was not closed and the machine has restarted since: reservations made just before may be lost, so keys without a record are refused (503) until their route's lease has passed since the last write");
-    } else if replayed.entries > 0 || replayed.cut > 0 {
-        tracing::info!(%path, replayed = replayed.entries, bytes_after_last_entry = replayed.cut, "file store was not closed: its write-ahead log was replayed");
+    let since = now_millis().saturating_sub(meta.guard_from) / 1000;
+    if machine_crash && meta.guard_from > 0 {
+        tracing::warn!(%path, last_write_seconds_ago = since, "file store was not closed and the machine has restarted since: reservations made just before may be lost, so keys without a record are refused (503) until their route's lease has passed since the last write");
+    } else if read.cut > 0 {
+        tracing::info!(%path, bytes_after_last_entry = read.cut, "file store was not closed: the torn end of its log was dropped");
     }
+    tracing::info!(%path, records = state.records.len(), segments = read.segments.len(), elapsed_ms = began.elapsed().as_millis() as u64, "file store opened");
 }

@@ -6,16 +6,16 @@
 //! on the disk, so every answer waiting on any of them goes out. A sync never waits for a
 //! batch to form: batches form on their own while the previous sync runs.
 //!
+//! The head segment is the one file with entries not yet synced: the writer syncs a head itself
+//! before it moves on to the next (`log.rs`), and hands the syncer the new one.
+//!
 //! A failed sync poisons the store: after an `fdatasync` error the kernel may have dropped the
 //! unwritten pages, so nothing written since can be trusted to be on the disk. Every waiting
 //! answer, and every later write and read, is refused until the store is opened again.
 
 use std::fs::File;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-
-use tokio::sync::watch;
 
 use super::batch::{Answer, Reply};
 use idempotency_core::store::StoreError;
@@ -27,39 +27,41 @@ struct Held {
     answer: Answer,
 }
 
-#[derive(Default)]
 struct State {
     /// The last entry handed to the operating system.
     written: u64,
     /// The last entry known to be on the disk.
     synced: u64,
+    /// The head segment, where the entries after `synced` are.
+    file: Arc<File>,
     held: Vec<Held>,
     failure: Option<String>,
     stopping: bool,
+    /// Whether the syncer sleeps for want of entries: only then is it woken (a wake is a
+    /// system call, and under load the syncer is syncing, not sleeping).
+    idle: bool,
 }
 
-/// What the writer, the syncer and the readers share about how far the log is on the disk.
+/// What the writer and the syncer share about how far the log is on the disk.
 pub(super) struct Durability {
     state: Mutex<State>,
     wake: Condvar,
-    /// The last entry whose batch was applied to the tables: an upper bound on what a read
-    /// transaction begun after loading it can see.
-    applied: AtomicU64,
-    /// `synced` (or the failure) for readers that wait on it without blocking a thread.
-    published: watch::Sender<Result<u64, String>>,
 }
 
 impl Durability {
-    pub(super) fn new(synced: u64) -> Self {
+    /// The log is on the disk up to entry `synced`; entries after it go to `head`.
+    pub(super) fn new(synced: u64, head: Arc<File>) -> Self {
         Self {
             state: Mutex::new(State {
                 written: synced,
                 synced,
-                ..State::default()
+                file: head,
+                held: Vec::new(),
+                failure: None,
+                stopping: false,
+                idle: false,
             }),
             wake: Condvar::new(),
-            applied: AtomicU64::new(synced),
-            published: watch::Sender::new(Ok(synced)),
         }
     }
 
@@ -67,15 +69,6 @@ impl Durability {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The writer is about to make the batch of entry `seq` visible to readers.
-    pub(super) fn applying(&self, seq: u64) {
-        self.applied.store(seq, Ordering::SeqCst);
-    }
-
-    pub(super) fn applied(&self) -> u64 {
-        self.applied.load(Ordering::SeqCst)
     }
 
     /// The last entry known to be on the disk.
@@ -90,8 +83,13 @@ impl Durability {
 
     /// Entry `seq` was handed to the operating system: the syncer may take it.
     pub(super) fn written(&self, seq: u64) {
-        self.lock().written = seq;
-        self.wake.notify_one();
+        let mut state = self.lock();
+        state.written = seq;
+        if state.idle {
+            state.idle = false;
+            drop(state);
+            self.wake.notify_one();
+        }
     }
 
     /// Sends `answer` once the log is on the disk up to entry `seq` (at once if it is).
@@ -107,7 +105,13 @@ impl Durability {
         }
     }
 
-    /// Everything up to entry `seq` is on the disk by other means (a durable checkpoint).
+    /// The writer synced the head up to entry `seq` itself and moved on to a new head segment.
+    pub(super) fn rolled(&self, seq: u64, head: Arc<File>) {
+        self.lock().file = head;
+        self.reached(seq);
+    }
+
+    /// Everything up to entry `seq` is on the disk.
     pub(super) fn reached(&self, seq: u64) {
         let released = {
             let mut state = self.lock();
@@ -115,45 +119,20 @@ impl Durability {
             state.written = state.written.max(seq);
             take_synced(&mut state)
         };
-        self.release(released, Ok(seq));
-    }
-
-    /// The store can no longer write: every held answer and every later one is refused.
-    pub(super) fn fail(&self, why: String) {
-        let held = {
-            let mut state = self.lock();
-            state.failure.get_or_insert(why.clone());
-            std::mem::take(&mut state.held)
-        };
-        for held in held {
-            let _ = held.reply.send(Err(stopped(&why)));
-        }
-        let _previous = self.published.send_replace(Err(why));
-    }
-
-    fn release(&self, released: Vec<Held>, published: Result<u64, String>) {
         for held in released {
             let _ = held.reply.send(Ok(held.answer));
         }
-        self.published.send_if_modified(|current| {
-            let newer = matches!((&*current, &published), (Ok(old), Ok(new)) if new > old);
-            if newer {
-                *current = published;
-            }
-            newer
-        });
     }
 
-    /// Waits, without blocking a thread, until the log is on the disk up to entry `seq`.
-    pub(super) async fn wait_synced(&self, seq: u64) -> Result<(), StoreError> {
-        let mut synced = self.published.subscribe();
-        let reached = synced
-            .wait_for(|synced| synced.as_ref().map_or(true, |synced| *synced >= seq))
-            .await;
-        match reached.as_deref() {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(why)) => Err(stopped(why)),
-            Err(_) => Err(StoreError::Unavailable("the file store has closed".into())),
+    /// The store can no longer write: every held answer and every later one is refused.
+    pub(super) fn fail(&self, why: &str) {
+        let held = {
+            let mut state = self.lock();
+            state.failure.get_or_insert_with(|| why.to_owned());
+            std::mem::take(&mut state.held)
+        };
+        for held in held {
+            let _ = held.reply.send(Err(stopped(why)));
         }
     }
 }
@@ -180,11 +159,11 @@ pub(super) struct Syncer {
 }
 
 impl Syncer {
-    pub(super) fn spawn(durability: Arc<Durability>, log: File) -> std::io::Result<Self> {
+    pub(super) fn spawn(durability: Arc<Durability>) -> std::io::Result<Self> {
         let shared = durability.clone();
         let thread = std::thread::Builder::new()
             .name("file-store-syncer".into())
-            .spawn(move || run(&shared, &log))?;
+            .spawn(move || run(&shared))?;
         Ok(Self {
             durability,
             thread: Some(thread),
@@ -203,23 +182,25 @@ impl Drop for Syncer {
     }
 }
 
-fn run(durability: &Durability, log: &File) {
+fn run(durability: &Durability) {
     loop {
-        let target = {
+        let (target, log) = {
             let mut state = durability.lock();
             while state.written <= state.synced && !state.stopping && state.failure.is_none() {
+                state.idle = true;
                 state = durability
                     .wake
                     .wait(state)
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
             }
+            state.idle = false;
             if state.failure.is_some() || state.written <= state.synced {
                 return;
             }
-            state.written
+            (state.written, state.file.clone())
         };
         if let Err(e) = log.sync_data() {
-            durability.fail(format!("syncing the write-ahead log failed: {e}"));
+            durability.fail(&format!("syncing the log failed: {e}"));
             return;
         }
         durability.reached(target);

@@ -1,24 +1,23 @@
-//! The single writer thread: every write goes through it, a batch at a time.
+//! The single writer thread: every operation goes through it, a batch at a time.
 //!
 //! Callers queue an `Op` with a oneshot for the answer. The thread takes everything waiting (up to
-//! `MAX_BATCH`), applies it in one redb transaction in arrival order, purges a few expired
-//! records, commits without syncing, and appends what the batch changed to the write-ahead log
-//! as one entry (`wal.rs`): a `pwrite`, after which the batch survives a crash of the process.
-//! Then it answers, each caller at the level its step needs:
+//! `MAX_BATCH`), applies it to the in-memory index in arrival order, and appends what the batch
+//! changed to the head segment of the log as one entry: a `pwrite`, after which the batch
+//! survives a crash of the process. No B-tree, no page copied: a keyed request's reservation
+//! and completion are each a lookup in memory and a few dozen bytes of the entry. Then it
+//! answers, each caller at the level its step needs:
 //! - a reservation, renewal or release at once: it must survive the process, not the machine;
 //! - a completion, an admin delete and every inbox write once the syncer thread has synced the
 //!   log past the batch (`syncer.rs`); meanwhile this thread writes the next batches;
 //! - a reservation that finds a completed record whose entry is not synced yet waits for that
-//!   sync, so no one is shown an answer that a machine crash could still take back.
+//!   sync, and so does every read (`get`, inbox counts and listings): no one is shown an answer
+//!   that a machine crash could still take back.
 //!
-//! Checkpoints: the log is made redundant by a durable redb commit, after which it is written
-//! from the front again. One is taken when the log passes `CHECKPOINT_BYTES` or has been
-//! growing for `CHECKPOINT_INTERVAL`, in every idle sweep of expired records (the durable
-//! commit is also what lets redb reuse the pages they freed), and on close, which also marks
-//! the store as closed cleanly and removes the log.
+//! Between batches it keeps the log's size in hand (`housekeeping.rs`): a new head segment, a
+//! retirement of the oldest, whose puts come back from the retirer thread as messages applied
+//! in a batch like any operation.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -27,57 +26,62 @@ use std::time::{Duration, Instant};
 use redb::Database;
 use tokio::sync::oneshot;
 
-use super::batch::{apply_one, Clock};
+use super::batch::Batch;
 pub(super) use super::batch::{Answer, Op, Reply};
 use super::guard::Guard;
+use super::housekeeping::Retiring;
+use super::index::KeyDigest;
 use super::journal::Journal;
-use super::meta::{Meta, META};
-use super::queue::QueueTables;
+use super::log::Log;
+use super::meta::Meta;
+use super::retire::{Chunk, Retirer};
+use super::state::State;
 use super::syncer::{Durability, Syncer};
-use super::tables::Tables;
-use super::wal::LogFile;
 use idempotency_core::model::now_millis;
 use idempotency_core::store::{Fenced, StoreError};
 
-/// Bounds one transaction, so a flood of callers still gets answers in steady instalments.
+/// Bounds one batch, so a flood of callers still gets answers in steady instalments.
 const MAX_BATCH: usize = 512;
-/// At least as many as a batch can add, so purging keeps pace with any steady load.
-const PURGE_PER_BATCH: usize = 2 * MAX_BATCH;
-/// How long the writer waits idle before sweeping expired records on its own.
+/// How long the writer waits idle before it forgets expired reservations and lets a head
+/// segment whose records have all expired go.
 pub const PURGE_INTERVAL: Duration = Duration::from_secs(1);
-/// Records purged per idle sweep transaction; a full sweep is followed at once by another.
-const SWEEP_CHUNK: usize = 8192;
-/// A checkpoint stalls the writer for one durable redb commit; this many log bytes (a few
-/// seconds of the heaviest load measured) spread that over many batches and bound what a
-/// start after a crash replays.
-const CHECKPOINT_BYTES: u64 = 32 << 20;
-/// Bounds how long redb keeps pages it may not reuse before a durable commit.
-const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(10);
+/// How soon a retired segment whose moved puts await their sync is looked at again.
+const RETIRE_POLL: Duration = Duration::from_millis(5);
 
-/// What the writer thread starts from: the opened file, its log, and what recovery found.
+/// What the writer thread is sent.
+pub(super) enum Msg {
+    Op(Op, Reply),
+    /// Part of a segment being retired, from the retirer thread.
+    Retired(Chunk),
+    Close,
+}
+
+/// What the writer thread starts from: the store file, the log, and what was read from it.
 pub(super) struct Start {
-    pub(super) db: Arc<Database>,
-    pub(super) log: LogFile,
-    pub(super) log_path: PathBuf,
+    pub(super) db: Database,
     pub(super) meta: Meta,
+    pub(super) log: Log,
+    pub(super) state: State,
+    pub(super) last_seq: u64,
     pub(super) guard: Guard,
     pub(super) durability: Arc<Durability>,
 }
 
 pub(super) struct Writer {
-    queue: Option<mpsc::Sender<(Op, Reply)>>,
+    queue: mpsc::Sender<Msg>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Writer {
-    pub(super) fn spawn(start: Start) -> std::io::Result<Self> {
-        let syncer = Syncer::spawn(start.durability.clone(), start.log.sync_handle()?)?;
+    pub(super) fn spawn(start: Start, dir: std::path::PathBuf) -> std::io::Result<Self> {
+        let syncer = Syncer::spawn(start.durability.clone())?;
         let (queue, jobs) = mpsc::channel();
+        let retirer = Retirer::spawn(dir, queue.clone())?;
         let thread = std::thread::Builder::new()
             .name("file-store-writer".into())
-            .spawn(move || WriterThread::new(start, syncer).run(&jobs))?;
+            .spawn(move || WriterThread::new(start, syncer, retirer).run(&jobs))?;
         Ok(Self {
-            queue: Some(queue),
+            queue,
             thread: Some(thread),
         })
     }
@@ -86,18 +90,17 @@ impl Writer {
     pub(super) async fn submit(&self, op: Op) -> Result<Answer, StoreError> {
         let stopped = || StoreError::Unavailable("the file store writer has stopped".into());
         let (reply, answer) = oneshot::channel();
-        let queue = self.queue.as_ref().ok_or_else(stopped)?;
-        queue.send((op, reply)).map_err(|_| stopped())?;
+        self.queue.send(Msg::Op(op, reply)).map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
 }
 
 impl Drop for Writer {
-    // Closing the queue lets the thread finish what is queued, checkpoint and exit; waiting for
-    // it means the database file is unlocked once the store is gone, so it can be opened again
-    // at once.
+    // The thread finishes what is queued, syncs, marks the store closed cleanly and exits;
+    // waiting for it means the store file is unlocked once the store is gone, so it can be
+    // opened again at once.
     fn drop(&mut self) {
-        drop(self.queue.take());
+        let _ = self.queue.send(Msg::Close);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -106,171 +109,199 @@ impl Drop for Writer {
 
 /// When an answer may go out.
 enum Visibility {
-    /// Once its batch is written: it changes only what must survive the process.
+    /// Once its batch is written: it changes only what must survive the process, or shows
+    /// no record.
     Written,
     /// Once everything written before it is synced.
     Synced,
     /// `reserve`: at once, unless it shows a completion whose entry is not synced yet.
-    ShowsRecord(String),
-    /// A completion or an acceptance of `key`: synced, and remembered until it is.
-    Completes(String),
+    ShowsRecord(KeyDigest),
+    /// A completion or an acceptance of a key: synced, and remembered until it is.
+    Completes(KeyDigest),
 }
 
 impl Visibility {
     fn of(op: &Op) -> Self {
+        let digest =
+            |key: &idempotency_core::model::ScopedKey| KeyDigest::from_sha256(key.name_digest());
         match op {
-            Op::Reserve { key, .. } => Self::ShowsRecord(key.clone()),
-            Op::Renew { .. } | Op::Release { .. } => Self::Written,
-            Op::Complete { key, .. } | Op::Accept { key, .. } => Self::Completes(key.clone()),
-            Op::Remove { .. } | Op::Queue(_) => Self::Synced,
+            Op::Reserve { key, .. } => Self::ShowsRecord(digest(key)),
+            Op::Renew { .. } | Op::Release { .. } | Op::Count | Op::Ping => Self::Written,
+            Op::Complete { key, .. } | Op::Accept { key, .. } => Self::Completes(digest(key)),
+            Op::Remove { .. } | Op::Get { .. } | Op::Queue(_) => Self::Synced,
         }
     }
 }
 
-/// What a batch left: each answer with when it may go out, and the changes to log, if any.
-type Applied = (Vec<(Answer, Visibility)>, Option<[Journal; 2]>);
-
-struct WriterThread {
-    db: Arc<Database>,
-    log: LogFile,
-    log_path: PathBuf,
-    /// `applied` is the last entry written to the log.
-    meta: Meta,
-    guard: Guard,
-    durability: Arc<Durability>,
-    syncer: Option<Syncer>,
+pub(super) struct WriterThread {
+    pub(super) db: Database,
+    pub(super) meta: Meta,
+    pub(super) log: Log,
+    pub(super) state: State,
+    /// The last entry written to the log.
+    pub(super) last_seq: u64,
+    pub(super) guard: Guard,
+    pub(super) durability: Arc<Durability>,
+    pub(super) syncer: Option<Syncer>,
+    pub(super) retirer: Option<Retirer>,
+    pub(super) retiring: Option<Retiring>,
+    /// A segment that could not be read to retire it: kept, never tried again.
+    pub(super) unreadable: Option<u32>,
     /// Keys completed by entries that may not be synced yet, and the entry of each.
-    unsynced_completions: HashMap<String, u64>,
-    prune_at: usize,
-    checkpointed: Instant,
+    pub(super) unsynced_completions: HashMap<KeyDigest, u64>,
+    pub(super) prune_at: usize,
+    pub(super) forgot: Instant,
+    /// When the last entry was written.
+    pub(super) appended: Instant,
 }
 
 impl WriterThread {
-    fn new(start: Start, syncer: Syncer) -> Self {
+    fn new(start: Start, syncer: Syncer, retirer: Retirer) -> Self {
         Self {
             db: start.db,
-            log: start.log,
-            log_path: start.log_path,
             meta: start.meta,
+            log: start.log,
+            state: start.state,
+            last_seq: start.last_seq,
             guard: start.guard,
             durability: start.durability,
             syncer: Some(syncer),
+            retirer: Some(retirer),
+            retiring: None,
+            unreadable: None,
             unsynced_completions: HashMap::new(),
             prune_at: MIN_PRUNE,
-            checkpointed: Instant::now(),
+            forgot: Instant::now(),
+            appended: Instant::now(),
         }
     }
 
-    fn run(mut self, jobs: &Receiver<(Op, Reply)>) {
-        let mut wait = PURGE_INTERVAL;
+    fn run(mut self, jobs: &Receiver<Msg>) {
         loop {
+            let wait = match self.retiring {
+                Some(Retiring {
+                    synced_by: Some(_), ..
+                }) => RETIRE_POLL,
+                _ => PURGE_INTERVAL,
+            };
             match jobs.recv_timeout(wait) {
+                Ok(Msg::Close) | Err(RecvTimeoutError::Disconnected) => break,
                 Ok(first) => {
-                    let batch: Vec<_> = std::iter::once(first)
-                        .chain(jobs.try_iter().take(MAX_BATCH - 1))
-                        .collect();
+                    let mut closing = false;
+                    let mut batch = vec![first];
+                    for msg in jobs.try_iter().take(MAX_BATCH - 1) {
+                        if let Msg::Close = msg {
+                            closing = true;
+                            break;
+                        }
+                        batch.push(msg);
+                    }
                     self.commit_batch(batch);
-                    if self.log.written() >= CHECKPOINT_BYTES
-                        || (self.log.written() > 0
-                            && self.checkpointed.elapsed() >= CHECKPOINT_INTERVAL)
-                    {
-                        self.checkpoint(0, false);
+                    self.housekeep();
+                    if closing {
+                        break;
                     }
                 }
-                Err(RecvTimeoutError::Timeout) => {
-                    // A full chunk means there may be more: sweep again unless work arrives.
-                    let swept = self.checkpoint(SWEEP_CHUNK, false);
-                    wait = if swept == SWEEP_CHUNK {
-                        Duration::ZERO
-                    } else {
-                        PURGE_INTERVAL
-                    };
-                }
-                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => self.housekeep(),
             }
         }
         self.close();
     }
 
-    fn commit_batch(&mut self, batch: Vec<(Op, Reply)>) {
-        let (ops, replies): (Vec<Op>, Vec<Reply>) = batch.into_iter().unzip();
-        if let Some(why) = self.durability.failure() {
-            return refuse(replies, &format!("the file store stopped writing ({why})"));
-        }
-        let clock = Clock {
-            now: now_millis(),
-            guard: self.guard,
-        };
-        let seq = self.meta.applied + 1;
-        let (answers, journals) = match self.apply(ops, seq, clock) {
-            Ok(applied) => applied,
-            // Nothing of the batch was committed, so every caller in it hears of the failure.
-            Err(e) => return refuse(replies, &format!("file store write failed: {e}")),
-        };
-        if let Some(journals) = journals {
-            let parts = [journals[0].as_bytes(), journals[1].as_bytes()];
-            if let Err(e) = self.log.append(seq, clock.now, &parts) {
-                // The tables hold changes the log lacks: nothing more may be written or read.
-                let why = format!("writing the write-ahead log failed: {e}");
-                self.durability.fail(why.clone());
-                return refuse(replies, &why);
+    fn commit_batch(&mut self, batch: Vec<Msg>) {
+        let mut ops = Vec::with_capacity(batch.len());
+        let mut chunks = Vec::new();
+        for msg in batch {
+            match msg {
+                Msg::Op(op, reply) => ops.push((op, reply)),
+                Msg::Retired(chunk) => chunks.push(chunk),
+                Msg::Close => {}
             }
-            self.meta.applied = seq;
-            self.meta.last_entry_at = clock.now;
+        }
+        if let Some(why) = self.durability.failure() {
+            return refuse(ops, &format!("the file store stopped writing ({why})"));
+        }
+        if self.log.head_is_full() {
+            if let Err(e) = self.roll() {
+                let why = format!("starting a new log segment failed: {e}");
+                self.durability.fail(&why);
+                return refuse(ops, &why);
+            }
+        }
+        let now = now_millis();
+        let (answers, journal) = self.apply(ops, &chunks, now);
+        let seq = self.last_seq + 1;
+        if !journal.is_empty() {
+            if let Err(e) = self.log.append(seq, now, journal.as_bytes()) {
+                // Memory holds changes the log lacks: nothing more may be written or read.
+                let why = format!("writing the log failed: {e}");
+                self.durability.fail(&why);
+                let ops = answers.into_iter().map(|(reply, ..)| ((), reply));
+                return refuse(ops.collect(), &why);
+            }
+            self.last_seq = seq;
+            self.appended = Instant::now();
             self.durability.written(seq);
         }
-        for (reply, (answer, visibility)) in replies.into_iter().zip(answers) {
-            self.answer(reply, answer, &visibility);
+        self.chunks_applied(&chunks);
+        for (reply, answer, visibility) in answers {
+            self.answer(reply, answer, visibility);
         }
         self.prune();
     }
 
-    /// Applies `ops` and a purge in one transaction, committed without a sync.
-    fn apply(&mut self, ops: Vec<Op>, seq: u64, clock: Clock) -> Result<Applied, redb::Error> {
-        let mut txn = self.db.begin_write()?;
-        txn.set_durability(redb::Durability::None)?;
-        let (answers, journals, purged) = {
-            let mut tables = Tables::open(&txn)?;
-            // Only a batch with inbox work pays for opening the queue tables.
-            let mut queues = None;
-            let mut answers = Vec::with_capacity(ops.len());
-            for op in ops {
-                if op.touches_queues() && queues.is_none() {
-                    queues = Some(QueueTables::open(&txn)?);
-                }
-                let visibility = Visibility::of(&op);
-                let answer = apply_one(&mut tables, queues.as_mut(), op, clock)?;
-                if let (Visibility::Completes(key), true) = (&visibility, completes(&answer)) {
-                    self.unsynced_completions.insert(key.clone(), seq);
-                }
-                answers.push((answer, visibility));
-            }
-            let purged = tables.purge(clock.now, PURGE_PER_BATCH)?;
-            let queued = queues.map(|mut queues| queues.take_journal());
-            let journals = [tables.take_journal(), queued.unwrap_or_default()];
-            (answers, journals, purged)
+    /// Applies each operation and each retired put in one batch; the answers and the changes.
+    #[allow(clippy::type_complexity)]
+    fn apply(
+        &mut self,
+        ops: Vec<(Op, Reply)>,
+        chunks: &[Chunk],
+        now: u64,
+    ) -> (Vec<(Reply, std::io::Result<Answer>, Visibility)>, Journal) {
+        let State {
+            records,
+            queues,
+            space,
+        } = &mut self.state;
+        let mut b = Batch {
+            journal: Journal::at(self.log.head(), self.log.payload_at()),
+            log: &mut self.log,
+            space,
+            now,
+            guard: self.guard,
         };
-        let logged = journals.iter().any(|journal| !journal.is_empty());
-        if logged {
-            self.durability.applying(seq);
-        } else if purged == 0 {
-            txn.abort()?;
-            return Ok((answers, None));
+        let mut answers = Vec::with_capacity(ops.len());
+        for (op, reply) in ops {
+            let visibility = Visibility::of(&op);
+            let answer = State::apply(records, queues, &mut b, op);
+            answers.push((reply, answer, visibility));
         }
-        if let Err(e) = txn.commit() {
-            // Nothing of the batch is visible: readers must not wait for an entry never written.
-            self.durability.applying(seq - 1);
-            return Err(e.into());
+        for chunk in chunks.iter().filter(|chunk| !chunk.unreadable) {
+            State::retire(records, queues, &mut b, &chunk.items);
         }
-        Ok((answers, logged.then_some(journals)))
+        (answers, b.journal)
     }
 
-    fn answer(&self, reply: Reply, answer: Answer, visibility: &Visibility) {
+    fn answer(&mut self, reply: Reply, answer: std::io::Result<Answer>, visibility: Visibility) {
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(e) => {
+                let why = format!("file store read failed: {e}");
+                let _ = reply.send(Err(StoreError::Unavailable(why)));
+                return;
+            }
+        };
         let wait_for = match (visibility, &answer) {
             (Visibility::Written, _) => None,
-            (Visibility::Synced | Visibility::Completes(_), _) => Some(self.meta.applied),
+            (Visibility::Synced, _) => Some(self.last_seq),
+            (Visibility::Completes(key), answer) => {
+                if completes(answer) {
+                    self.unsynced_completions.insert(key, self.last_seq);
+                }
+                Some(self.last_seq)
+            }
             (Visibility::ShowsRecord(key), Answer::Existing(_)) => {
-                self.unsynced_completions.get(key).copied()
+                self.unsynced_completions.get(&key).copied()
             }
             (Visibility::ShowsRecord(_), _) => None,
         };
@@ -291,50 +322,6 @@ impl WriterThread {
         self.unsynced_completions.retain(|_, seq| *seq > synced);
         self.prune_at = (2 * self.unsynced_completions.len()).max(MIN_PRUNE);
     }
-
-    /// A durable commit (with up to `purge` expired records purged), after which the log is
-    /// redundant; returns how many were purged.
-    fn checkpoint(&mut self, purge: usize, clean: bool) -> usize {
-        if self.durability.failure().is_some() {
-            return 0;
-        }
-        match self.try_checkpoint(purge, clean) {
-            Ok(swept) => swept,
-            Err(e) => {
-                tracing::warn!(error = %e, "file store: checkpoint failed; the write-ahead log keeps every write meanwhile");
-                0
-            }
-        }
-    }
-
-    fn try_checkpoint(&mut self, purge: usize, clean: bool) -> Result<usize, redb::Error> {
-        let txn = self.db.begin_write()?;
-        let swept = Tables::open(&txn)?.purge(now_millis(), purge)?;
-        if swept == 0 && self.log.written() == 0 && !clean {
-            txn.abort()?;
-            return Ok(0);
-        }
-        let meta = Meta {
-            clean,
-            ..self.meta.clone()
-        };
-        meta.write(&mut txn.open_table(META)?)?;
-        txn.commit()?;
-        self.durability.reached(self.meta.applied);
-        self.log.rewind();
-        self.unsynced_completions.clear();
-        self.checkpointed = Instant::now();
-        Ok(swept)
-    }
-
-    /// The last checkpoint, marked clean; the log goes with it.
-    fn close(mut self) {
-        let clean = self.durability.failure().is_none() && self.try_checkpoint(0, true).is_ok();
-        drop(self.syncer.take());
-        if clean {
-            let _ = std::fs::remove_file(&self.log_path);
-        }
-    }
 }
 
 /// Below this many, remembered completions are not worth a pass to forget.
@@ -344,8 +331,8 @@ fn completes(answer: &Answer) -> bool {
     matches!(answer, Answer::Acquired | Answer::Fenced(Fenced::Applied))
 }
 
-fn refuse(replies: Vec<Reply>, why: &str) {
-    for reply in replies {
+fn refuse<T>(ops: Vec<(T, Reply)>, why: &str) {
+    for (_, reply) in ops {
         let _ = reply.send(Err(StoreError::Unavailable(why.to_owned())));
     }
 }
