@@ -25,7 +25,21 @@ async fn main() {
         .await
         .unwrap_or_else(|e| panic!("cannot listen on {addr}: {e}"));
     println!("upstream: answering on http://{addr}");
-    serve(listener).await;
+    tokio::select! {
+        () = serve(listener) => {}
+        () = stopped() => {}
+    }
+}
+
+/// Ctrl-C or SIGTERM. In a container the demo is process 1, which gets no signal it does not
+/// handle: without this, `docker stop` would wait out its grace period and then kill it.
+async fn stopped() {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM can be handled");
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
 }
 
 /// Answers on `listener` until the process ends.

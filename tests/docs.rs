@@ -2,13 +2,13 @@
 //! is there: every `cargo test --test NAME`, `cargo bench --bench NAME` and
 //! `cargo run --example NAME` names a target Cargo knows, every repository path they name
 //! exists, every link between them lands on a file and a heading, and the README's test command
-//! is the one CI runs. A link in a code comment to an anchor of a page (`docs/reference.md#…`)
-//! must land too.
+//! is the one CI runs: a script that installs what the tests need and lets none of them skip.
+//! A link in a code comment to an anchor of a page (`docs/reference.md#…`) must land too.
 
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::markdown::{code_spans, link_targets, read, repo, resolve, Page};
@@ -191,44 +191,58 @@ fn every_link_between_the_docs_lands_on_a_file_and_a_heading() {
     assert!(checked >= 30, "only {checked} links found");
 }
 
-/// Every link to a heading of a page under `docs/` written in a source file under `dir` (the
-/// page's path, `#`, the heading's anchor), with the file it is in.
-fn anchors_in_code(dir: &Path, found: &mut Vec<(String, String)>) {
+/// Every Rust source file under `dir`, with its text.
+fn rust_files(dir: &Path, found: &mut Vec<(PathBuf, String)>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
-            anchors_in_code(&path, found);
-            continue;
-        }
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).unwrap();
-        for (at, _) in text.match_indices("docs/") {
-            let link: String = text[at..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || "/._#-".contains(*c))
-                .collect();
-            // A sentence may end right after the link.
-            let link = link.trim_end_matches('.').to_owned();
-            if link
-                .split_once(".md#")
-                .is_some_and(|(_, anchor)| !anchor.is_empty())
-            {
-                let file = path.strip_prefix(repo()).unwrap_or(&path);
-                found.push((file.display().to_string(), link));
-            }
+            rust_files(&path, found);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            found.push((path, text));
         }
     }
 }
 
-#[test]
-fn every_link_from_the_code_to_a_heading_of_the_docs_lands() {
+/// The Rust source files of the code and its tests, benches and examples, with their text.
+fn code() -> Vec<(PathBuf, String)> {
     let mut found = Vec::new();
     for dir in ["src", "crates", "tests", "benches", "examples"] {
-        anchors_in_code(&repo().join(dir), &mut found);
+        rust_files(&repo().join(dir), &mut found);
     }
-    for (file, link) in found {
+    found
+}
+
+/// Every link to a heading of a page under `docs/` written in `text` (the page's path, `#`,
+/// the heading's anchor).
+fn anchors_in(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (at, _) in text.match_indices("docs/") {
+        let link: String = text[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || "/._#-".contains(*c))
+            .collect();
+        // A sentence may end right after the link.
+        let link = link.trim_end_matches('.').to_owned();
+        if link
+            .split_once(".md#")
+            .is_some_and(|(_, anchor)| !anchor.is_empty())
+        {
+            found.push(link);
+        }
+    }
+    found
+}
+
+#[test]
+fn every_link_from_the_code_to_a_heading_of_the_docs_lands() {
+    let links = code().into_iter().flat_map(|(path, text)| {
+        let file = path.strip_prefix(repo()).unwrap().display().to_string();
+        anchors_in(&text)
+            .into_iter()
+            .map(move |link| (file.clone(), link))
+    });
+    for (file, link) in links {
         let (page, anchor) = link.split_once('#').unwrap();
         assert!(repo().join(page).exists(), "{file}: {link}: no such page");
         let anchors = Page::parse(&read(page)).anchors();
@@ -236,18 +250,89 @@ fn every_link_from_the_code_to_a_heading_of_the_docs_lands() {
     }
 }
 
-#[test]
-fn the_readme_tests_with_the_command_ci_runs() {
+/// The README's test command: the first line of its block under "Test it".
+fn readme_test_command() -> String {
     let readme = Page::parse(&read("README.md"));
     let block = readme
         .blocks
         .iter()
         .find(|block| block.heading == "Test it")
         .expect("the README has a block under \"Test it\"");
-    let command = block.lines.first().expect("a command").trim();
-    let ci = read(".ci/run");
+    block.lines.first().expect("a command").trim().to_owned()
+}
+
+/// The lines of a shell script that run something: neither blank nor comments.
+fn script_lines(path: &str) -> Vec<String> {
+    read(path)
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_readme_tests_with_the_command_ci_runs_and_ci_tests_nothing_else() {
+    let command = readme_test_command();
+    let ci = script_lines(".ci/run");
     assert!(
-        ci.lines().any(|line| line.trim() == command),
+        ci.contains(&command),
         ".ci/run does not run the README's test command {command:?}"
     );
+    let others: Vec<&String> = ci
+        .iter()
+        .filter(|line| line.contains("cargo test") || line.contains("cargo nextest"))
+        .collect();
+    assert!(
+        others.is_empty(),
+        ".ci/run runs tests beside the README's command: {others:?}"
+    );
+}
+
+/// Every `REQUIRE_` variable the code and its tests read (named in a string literal, as
+/// `std::env::var` is given it), which turns a missing server or tool from SKIPPED into a
+/// failure.
+fn require_variables() -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for (_, text) in code() {
+        for (at, _) in text.match_indices("\"REQUIRE_") {
+            let name: String = text[at + 1..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                .collect();
+            let closed = text[at + 1 + name.len()..].starts_with('"');
+            if closed && name.len() > "REQUIRE_".len() {
+                found.insert(name);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_readme_test_command_sets_up_and_requires_everything_the_tests_can_skip() {
+    let command = readme_test_command();
+    let script = command.strip_prefix("./").unwrap_or(&command);
+    assert!(
+        repo().join(script).is_file(),
+        "the README's test command {command:?} is not a script of the repository"
+    );
+    let lines = script_lines(script);
+    assert!(
+        lines.iter().any(|line| line == "source .ci/setup"),
+        "{script} does not install what the tests need first (source .ci/setup)"
+    );
+    let test = lines
+        .iter()
+        .find(|line| line.contains("cargo test --workspace"))
+        .unwrap_or_else(|| panic!("{script} runs no cargo test --workspace"));
+    let required = require_variables();
+    assert!(required.len() >= 7, "only {required:?}");
+    for name in required {
+        assert!(
+            test.split_whitespace()
+                .any(|word| word == format!("{name}=1")),
+            "{script} runs the tests without {name}=1, so those tests may say SKIPPED: {test}"
+        );
+    }
 }
