@@ -8,11 +8,12 @@ use std::path::Path;
 use std::process::Command;
 
 /// The library crates a service may depend on, by package name.
-const LIBRARIES: [&str; 5] = [
+const LIBRARIES: [&str; 6] = [
     "idempotency-core",
     "idempotency-redis-store",
     "idempotency-file-store",
     "idempotency-postgres",
+    "idempotency-postgres-store",
     "idempotency-outbox",
 ];
 
@@ -91,6 +92,32 @@ fn the_core_depends_on_no_store_client_server_tls_or_command_line() {
         assert!(
             proxy.iter().any(|n| n == heavy),
             "{heavy} not seen in the proxy's tree"
+        );
+    }
+}
+
+#[test]
+fn the_postgres_store_builds_on_the_core_and_the_connection_crate_only() {
+    let (names, _) = normal_tree("idempotency-postgres-store");
+    let mut ours: Vec<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| n.starts_with("idempotency-"))
+        .collect();
+    ours.sort_unstable();
+    ours.dedup();
+    assert_eq!(
+        ours,
+        [
+            "idempotency-core",
+            "idempotency-postgres",
+            "idempotency-postgres-store"
+        ]
+    );
+    for foreign in ["redis", "redb"] {
+        assert!(
+            !names.iter().any(|n| n == foreign),
+            "the Postgres store pulls in {foreign}"
         );
     }
 }
