@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from servers import Bare, Nginx, Proxy, Upstream
-from stores import RedisCluster, ValkeyServer
+from stores import PostgresServer, RedisCluster, ValkeyServer
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,10 @@ def all_cases(redis_url):
              (throughput(0.6), p99(1.5), small)),
         Case("ours-keyed-cluster", "ours keyed first, Redis Cluster (3 masters)",
              Proxy(RedisCluster()), KEYED, (small,)),
+        # PostgreSQL of the run's own on the same machine, durable (stores.py): its CPU time is
+        # reported in the store column.
+        Case("ours-keyed-postgres", "ours keyed first, Postgres", Proxy(PostgresServer()),
+             KEYED, (throughput(0.35), small)),
         # An inbox route (`mode = "inbox"`, inbox.proxy.toml): each keyed POST is stored with
         # its key and acknowledged 202; the proxy delivers it to the same upstream in the
         # background meanwhile, and those deliveries are part of the measured cost.
@@ -138,6 +142,8 @@ def all_cases(redis_url):
         Case("ours-replay-redis", "ours replay, Redis", Proxy(redis), REPLAY,
              (throughput(1.3), small)),
         Case("ours-replay-file", "ours replay, file", Proxy(file), REPLAY,
+             (throughput(1.3), small)),
+        Case("ours-replay-postgres", "ours replay, Postgres", Proxy(PostgresServer()), REPLAY,
              (throughput(1.3), small)),
         # TLS on the listener, against nginx terminating TLS with the same certificate.
         Case("nginx-tls", "nginx TLS pass-through", Nginx("tls.nginx.conf", tls=True)),

@@ -1,5 +1,5 @@
-"""Store servers of the run's own, beside the shared Redis: a Valkey, a Redis Cluster, and (for
-the sizing script) a Redis.
+"""Store servers of the run's own, beside the shared Redis: a Valkey, a Redis Cluster, a
+PostgreSQL, and (for the sizing script) a Redis.
 
 A case names one as its proxy's store (`Proxy(ValkeyServer())`); it is started on first use,
 kept for the whole run, flushed after every measured run of a case (it is private, so nothing
@@ -16,7 +16,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from procs import NotStarted, free_port
+from procs import NotStarted, free_port, with_children
 from redisclient import Redis
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -96,6 +96,88 @@ class RedisCluster:
                               for url in nodes), "cluster_state:ok on every master")
         return Started("redis+cluster://" + ",".join(addresses),
                        [p.pid for p in processes], nodes)
+
+
+class PostgresStarted(Started):
+    """A PostgreSQL as the runner sees it: its CPU time is the postmaster's and every one of its
+    processes' (the backends serving the proxy's pool, the WAL writer, the checkpointer), and a
+    flush empties the store's tables."""
+
+    def __init__(self, url, postmaster, psql):
+        super().__init__(url, [postmaster], [])
+        self.psql = psql
+
+    @property
+    def pids(self):
+        return with_children(self._pids[0])
+
+    @pids.setter
+    def pids(self, value):
+        self._pids = value
+
+    def flush(self):
+        self.psql("TRUNCATE idempotency_records, idempotency_deliveries")
+
+
+@dataclass(frozen=True)
+class PostgresServer:
+    """A PostgreSQL of the run's own on a free loopback port, with its durable defaults
+    (`fsync`, `synchronous_commit` on: each commit waits for its WAL flush, as in production)
+    and 200 connections. Debian's newest (`/usr/lib/postgresql/N/bin`) or `POSTGRES_BIN`; run as
+    the `postgres` user when the benchmark runs as root, as PostgreSQL refuses root."""
+
+    def start(self, fixtures, name):
+        binaries = _postgres_binaries()
+        data = os.path.join(fixtures.tmp, name)
+        os.makedirs(data)
+        if os.geteuid() == 0:
+            os.chmod(fixtures.tmp, 0o755)
+            subprocess.run(["chown", "postgres:postgres", data], check=True)
+        initdb = [os.path.join(binaries, "initdb"), "-D", data, "-U", "postgres",
+                  "--auth=trust", "-E", "UTF8", "--locale=C"]
+        made = subprocess.run(_as_postgres(initdb), capture_output=True, text=True)
+        if made.returncode != 0:
+            raise NotStarted(f"initdb failed: {made.stderr[-300:]}")
+        port = free_port()
+        argv = [os.path.join(binaries, "postgres"), "-D", data, "-p", str(port),
+                "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={data}",
+                "-c", "max_connections=200"]
+        log = open(os.path.join(fixtures.tmp, f"{name}.log"), "ab")
+        process = fixtures.processes.start(_as_postgres(argv), subprocess.DEVNULL, log)
+
+        def psql(sql):
+            run = subprocess.run(
+                [os.path.join(binaries, "psql"), "-X", "-q", "-A", "-t", "-h", "127.0.0.1",
+                 "-p", str(port), "-U", "postgres", "-d", "postgres", "-c", sql],
+                capture_output=True, text=True)
+            return run.stdout.strip() if run.returncode == 0 else ""
+
+        def ready():
+            if process.poll() is not None:
+                raise NotStarted(f"postgres exited: see {fixtures.tmp}/{name}.log")
+            return psql("SELECT 1") == "1"
+
+        _wait_for(ready, f"postgres on port {port}")
+        return PostgresStarted(f"postgres://postgres@127.0.0.1:{port}/postgres", process.pid, psql)
+
+
+def _postgres_binaries():
+    if os.environ.get("POSTGRES_BIN"):
+        return os.environ["POSTGRES_BIN"]
+    try:
+        versions = sorted(int(v) for v in os.listdir("/usr/lib/postgresql") if v.isdigit())
+    except OSError:
+        versions = []
+    if not versions:
+        raise NotStarted("no PostgreSQL in /usr/lib/postgresql: install postgresql "
+                         "or set POSTGRES_BIN")
+    return f"/usr/lib/postgresql/{versions[-1]}/bin"
+
+
+def _as_postgres(argv):
+    if os.geteuid() != 0:
+        return argv
+    return ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", *argv]
 
 
 def _start_node(fixtures, program, name, port, extra=()):

@@ -26,6 +26,9 @@ pub struct ConnectOptions {
     /// TLS when the URL asks for it (`sslmode=require`, or `prefer` against a server that
     /// offers it); the platform's roots when `None`.
     pub tls: Option<Arc<ClientConfig>>,
+    /// Server settings every connection starts with (`-c name=value`), for what its user's
+    /// statements need of the planner or the session.
+    pub settings: Vec<(String, String)>,
 }
 
 impl Default for ConnectOptions {
@@ -36,6 +39,7 @@ impl Default for ConnectOptions {
             connect_timeout: Duration::from_secs(5),
             application_name: "idempotency-proxy".to_owned(),
             tls: None,
+            settings: Vec::new(),
         }
     }
 }
@@ -48,9 +52,15 @@ impl ConnectOptions {
             config.application_name(&self.application_name);
         }
         let timeout = self.statement_timeout.as_millis();
+        let mut options = config.get_options().unwrap_or_default().to_owned();
         if timeout > 0 {
-            let options = config.get_options().unwrap_or_default();
-            config.options(format!("{options} -c statement_timeout={timeout}").trim());
+            options.push_str(&format!(" -c statement_timeout={timeout}"));
+        }
+        for (name, value) in &self.settings {
+            options.push_str(&format!(" -c {name}={value}"));
+        }
+        if !options.trim().is_empty() {
+            config.options(options.trim());
         }
         config
     }
