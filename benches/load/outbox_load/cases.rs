@@ -121,7 +121,7 @@ async fn steady(
     let postgres_before = cpu::postgres(server.pid());
     let rows = cli.rate * cli.seconds;
     let started = Instant::now();
-    let commits = commit_at_rate(pool, rows, cli.rate).await?;
+    let commits = commit_at_rate(pool, rows, cli.rate, cli.rows_per_commit).await?;
     let committed_s = started.elapsed().as_secs_f64();
     let last_commit = Instant::now();
     let marked = until_marked(pool, rows, last_commit + DRAIN_LIMIT).await?;
@@ -155,14 +155,17 @@ async fn steady(
     })
 }
 
-/// The application: `rows` transactions of one row each, the `i`th begun no earlier than
-/// `i / rate` seconds after the start, on `APP_CONNECTIONS` connections; when each commit
-/// returned.
+/// The application: `rows` rows in transactions of `per_commit` rows, the one holding row `i`
+/// begun no earlier than `i / rate` seconds after the start, on `APP_CONNECTIONS` connections;
+/// when each row's commit returned.
 async fn commit_at_rate(
     pool: &Pool,
     rows: u64,
     rate: u64,
+    per_commit: u64,
 ) -> Result<Vec<(String, Instant)>, String> {
+    let per_commit = per_commit.max(1);
+    let transactions = rows.div_ceil(per_commit);
     let next = Arc::new(AtomicU64::new(0));
     let commits = Arc::new(Mutex::new(Vec::with_capacity(rows as usize)));
     let start = Instant::now();
@@ -172,24 +175,26 @@ async fn commit_at_rate(
             tokio::spawn(async move {
                 let mut client = pool.get().await.map_err(|e| e.to_string())?;
                 loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= rows {
+                    let t = next.fetch_add(1, Ordering::Relaxed);
+                    if t >= transactions {
                         return Ok::<_, String>(());
                     }
-                    tokio::time::sleep_until(
-                        start + Duration::from_secs_f64(i as f64 / rate as f64),
-                    )
-                    .await;
-                    let id = format!("r{i}");
-                    let body = serde_json::json!({ "type": "payment.confirmed", "order": i });
-                    let event = Event::json(EventId::new(&id).expect("an id"), "bench", &body)
-                        .expect("JSON");
+                    let first = t * per_commit;
+                    let due = Duration::from_secs_f64(first as f64 / rate as f64);
+                    tokio::time::sleep_until(start + due).await;
+                    let ids: Vec<String> = (first..rows.min(first + per_commit))
+                        .map(|i| format!("r{i}"))
+                        .collect();
                     let transaction = client.transaction().await.map_err(|e| e.to_string())?;
-                    enqueue(&transaction, &TableName::default(), &event)
-                        .await
-                        .map_err(|e| e.to_string())?;
+                    for id in &ids {
+                        enqueue(&transaction, &TableName::default(), &event(id))
+                            .await
+                            .map_err(|e| e.to_string())?;
+                    }
                     transaction.commit().await.map_err(|e| e.to_string())?;
-                    commits.lock().unwrap().push((id, Instant::now()));
+                    let committed = Instant::now();
+                    let mut commits = commits.lock().unwrap();
+                    commits.extend(ids.into_iter().map(|id| (id, committed)));
                 }
             })
         })
@@ -199,6 +204,12 @@ async fn commit_at_rate(
     }
     let commits = std::mem::take(&mut *commits.lock().unwrap());
     Ok(commits)
+}
+
+/// A payment's event, about the size of a real one.
+fn event(id: &str) -> Event {
+    let body = serde_json::json!({ "type": "payment.confirmed", "order": id });
+    Event::json(EventId::new(id).expect("an id"), "bench", &body).expect("JSON")
 }
 
 /// Waits until `rows` rows are marked delivered; when they were.

@@ -4,8 +4,8 @@
 //!
 //! - `drain`: a backlog of `--backlog` rows committed before the relay starts; rows per second
 //!   from its first delivery to its last, and the time until every row is marked delivered.
-//! - `notify` / `poll`: the application commits one row per transaction at `--rate` rows per
-//!   second for `--seconds`, with the DDL's NOTIFY trigger and `notify_channel` (`notify`), or
+//! - `notify` / `poll`: the application commits `--rows-per-commit` rows per transaction (1)
+//!   at `--rate` rows per second for `--seconds`, with the DDL's NOTIFY trigger and `notify_channel` (`notify`), or
 //!   without either (`poll`, the default `poll_interval`); the latency of each row from its
 //!   commit returning to the application to its first delivery, p50, p99 and the largest.
 //!
@@ -43,6 +43,9 @@ struct Cli {
     /// Rows per second the application commits (`notify`, `poll`).
     #[arg(long, default_value_t = 1000)]
     pub rate: u64,
+    /// Rows in each of the application's transactions (`notify`, `poll`).
+    #[arg(long, default_value_t = 1)]
+    pub rows_per_commit: u64,
     /// Seconds the application commits for (`notify`, `poll`).
     #[arg(long, default_value_t = 20)]
     pub seconds: u64,
