@@ -85,6 +85,11 @@ async fn drain(
         .batch_execute("ANALYZE outbox")
         .await
         .map_err(|e| e.to_string())?;
+    if cli.no_flush_wait {
+        let sql = "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = off', \
+                   current_database()); END $$";
+        client.batch_execute(sql).await.map_err(|e| e.to_string())?;
+    }
     let postgres_before = cpu::postgres(server.pid());
     let started = Instant::now();
     let relay = Relay::start(&cli.binary, settings).await?;

@@ -49,6 +49,10 @@ struct Cli {
     /// Seconds the application commits for (`notify`, `poll`).
     #[arg(long, default_value_t = 20)]
     pub seconds: u64,
+    /// An experiment: the case's database with `synchronous_commit = off` once the backlog is
+    /// in, so the relay's commits do not wait for their WAL flush (what the flushes cost).
+    #[arg(long)]
+    pub no_flush_wait: bool,
     /// The relay's `deliver_concurrency` (its default when not given).
     #[arg(long)]
     pub concurrency: Option<usize>,
