@@ -23,7 +23,7 @@ impl Backoff {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use idempotency_core::backoff::Backoff;
+    /// use idempotency_core::proxy::backoff::Backoff;
     ///
     /// let backoff = Backoff { initial: Duration::from_secs(1), max: Duration::from_secs(5) };
     /// assert_eq!(backoff.ceiling(3), Duration::from_secs(4));

@@ -13,18 +13,18 @@ mod complete;
 mod context;
 mod detach;
 mod execute;
-#[doc(hidden)]
-pub mod extract;
+mod extract;
 mod flow;
 mod inbox_hook;
 mod layer;
-pub mod metrics;
+pub(crate) mod metrics;
 mod observer;
-pub mod policy;
+pub(crate) mod policy;
 mod policy_builder;
 mod replay;
 mod service;
-pub mod verify;
+#[cfg(feature = "webhooks")]
+pub(crate) mod verify;
 mod waiters;
 
 pub use context::{AnswerBody, Inner};
