@@ -46,7 +46,7 @@ impl Backoff {
 }
 
 /// A wait drawn from `[0, ceiling]` by `sample`, a uniformly random 64-bit number.
-pub fn full_jitter(ceiling: Duration, sample: u64) -> Duration {
+pub(crate) fn full_jitter(ceiling: Duration, sample: u64) -> Duration {
     let fraction = sample as f64 / u64::MAX as f64;
     ceiling.mul_f64(fraction)
 }

@@ -376,7 +376,7 @@ impl UpstreamFailure {
 }
 
 /// The answer to a request whose upstream call failed, carrying the error as its cause.
-pub fn rescue(error: &BoxError) -> Response<Body> {
+pub(crate) fn rescue(error: &BoxError) -> Response<Body> {
     let mut response = UpstreamFailure::of(error.as_ref())
         .problem()
         .into_response();

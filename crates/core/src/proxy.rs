@@ -6,8 +6,8 @@
 //! - [`serve`]: a request through a shared [`IdempotencyService`] without cloning it; [`Inner`] and
 //!   [`AnswerBody`], what it asks of the wrapped service.
 //! - The metric names and per-route handles ([`RouteMetrics`]), for the proxy's catalogue.
-//! - What an upstream failure and a replay read: [`UpstreamFailure`], [`rescue`], the headers
-//!   that are stored ([`storable_response_headers`], [`strip_hop_by_hop`]), [`grpc`].
+//! - What an upstream failure reads as ([`UpstreamFailure`]), the headers never forwarded
+//!   ([`strip_hop_by_hop`]), a gRPC call ([`grpc`]).
 //! - Shared helpers of the proxy's crates: [`backoff`], [`humane_duration`],
 //!   [`fractional_seconds`], and with the `webhooks` feature [`WebhookSigner`].
 
@@ -15,15 +15,13 @@ use bytes::Bytes;
 use http::Request;
 use http_body::Body as HttpBody;
 
-pub use crate::error::{rescue, UpstreamFailure};
-pub use crate::headers::{storable_response_headers, strip_hop_by_hop};
+pub use crate::error::UpstreamFailure;
+pub use crate::headers::strip_hop_by_hop;
 pub use crate::idempotency::metrics::{
     FAIL_OPEN_TOTAL, IN_FLIGHT, REQUESTS_TOTAL, STORE_SECONDS, STORE_UNAVAILABLE_TOTAL,
     UPSTREAM_SECONDS,
 };
-pub use crate::idempotency::{
-    AnswerBody, InboxHook, Inner, RouteMetrics, StoredHeaders, ACCEPTED_TOTAL, IDEMPOTENT_REPLAYED,
-};
+pub use crate::idempotency::{AnswerBody, InboxHook, Inner, RouteMetrics, StoredHeaders};
 pub use crate::problem::Rendered;
 #[cfg(feature = "webhooks")]
 pub use crate::signing::WebhookSigner;
@@ -32,14 +30,12 @@ use crate::{BoxError, IdempotencyService};
 
 /// Full-jitter backoff, for inbox deliveries and outbox attempts.
 pub mod backoff {
-    pub use crate::backoff::{full_jitter, random_sample, Backoff};
+    pub use crate::backoff::{random_sample, Backoff};
 }
 
 /// Reading gRPC calls: what a route of `protocol = "grpc"` needs beyond [`GrpcCode`](crate::policy::GrpcCode).
 pub mod grpc {
-    pub use crate::grpc::{
-        is_call, is_single_message, percent_encode, status_of, timeout_of, GrpcCall, MessageCounter,
-    };
+    pub use crate::grpc::{is_call, GrpcCall};
 }
 
 /// What `call` does, through a shared reference: a caller that holds the service in a shared

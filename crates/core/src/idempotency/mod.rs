@@ -28,10 +28,9 @@ pub(crate) mod verify;
 mod waiters;
 
 pub use context::{AnswerBody, Inner};
-pub use inbox_hook::{InboxHook, StoredHeaders, ACCEPTED_TOTAL};
+pub use inbox_hook::{InboxHook, StoredHeaders};
 pub use layer::{IdempotencyLayer, LayerBuilder};
 pub use metrics::RouteMetrics;
 pub use observer::{FinishedRequest, NoObserver, RequestObserver};
 pub use policy::{Policy, PolicyBuilder, PolicyError};
-pub use replay::IDEMPOTENT_REPLAYED;
 pub use service::{IdempotencyService, ResponseFuture};

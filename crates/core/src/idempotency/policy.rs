@@ -28,7 +28,7 @@ pub enum KeySource {
 
 impl KeySource {
     /// An RFC 6901 pointer: empty (the whole body) or starting with `/`.
-    pub fn check_pointer(raw: &str) -> Result<(), String> {
+    pub(crate) fn check_pointer(raw: &str) -> Result<(), String> {
         if raw.is_empty() || raw.starts_with('/') {
             return Ok(());
         }
@@ -270,7 +270,7 @@ impl Policy {
 
     /// How long the upstream may take for this request: `upstream_timeout`, or on a gRPC
     /// route the call's own `grpc-timeout` where that is shorter.
-    pub fn upstream_deadline(&self, headers: &http::HeaderMap) -> Duration {
+    pub(crate) fn upstream_deadline(&self, headers: &http::HeaderMap) -> Duration {
         if self.protocol == Protocol::Http {
             return self.upstream_timeout;
         }
@@ -279,7 +279,7 @@ impl Policy {
 
     /// Whether a keyed request with this body is a stream a gRPC route passes through
     /// unkeyed: anything but exactly one message, unless the route deduplicates streams.
-    pub fn is_unkeyed_stream(&self, body: &[u8]) -> bool {
+    pub(crate) fn is_unkeyed_stream(&self, body: &[u8]) -> bool {
         self.protocol == Protocol::Grpc
             && !self.grpc_keyed_streams
             && !grpc::is_single_message(body)
@@ -302,7 +302,7 @@ impl Policy {
     }
 
     /// How often the holder of a reservation renews its lease.
-    pub fn renew_every(&self) -> Duration {
+    pub(crate) fn renew_every(&self) -> Duration {
         (self.lease / 3).max(Duration::from_millis(10))
     }
 }

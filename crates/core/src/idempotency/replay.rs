@@ -10,7 +10,7 @@ use crate::grpc;
 use crate::model::{CompletedRecord, StoredBody};
 
 /// The header that marks an answer as coming from the store.
-pub static IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+pub(crate) static IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
 /// The stored answer, marked as a replay; a record whose body was not kept gets `410`.
 pub(super) fn replay(record: CompletedRecord) -> Response<Body> {

@@ -265,7 +265,7 @@ impl ScopedKey {
     /// The same name with the client's key replaced by its SHA-256, for a store whose contents
     /// must not show raw keys (encryption at rest). It is a plain digest, not keyed by the
     /// encryption key, so it stays the same across key rotation and admin lookups still find it.
-    pub fn with_hashed_key(&self) -> ScopedKey {
+    pub(crate) fn with_hashed_key(&self) -> ScopedKey {
         let digest = Sha256::digest(self.0.key.as_str().as_bytes());
         let key = IdempotencyKey(hex::encode(digest));
         Self::new(self.0.route.clone(), self.0.scope, key)
