@@ -209,6 +209,25 @@ impl LayerBuilder {
     /// For the proxy's inbox routes (a policy whose `mode` is [`RouteMode::Inbox`]): each
     /// request the layer queues is counted and wakes the route's delivery worker through
     /// `hook`. Delivering is the proxy's work, not a layer's; see [`crate::proxy`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use idempotency_core::backend::RouteName;
+    /// use idempotency_core::policy::RouteMode;
+    /// use idempotency_core::proxy::InboxHook;
+    /// use idempotency_core::{IdempotencyLayer, MemoryStore, Policy};
+    /// use tokio::sync::Notify;
+    ///
+    /// let mut policy = Policy::builder("github").build().unwrap();
+    /// policy.mode = RouteMode::Inbox; // as the proxy's config loader sets it
+    /// let wake = Arc::new(Notify::new()); // the route's delivery worker waits on it
+    /// let route = RouteName::new("github").unwrap();
+    /// let hook = InboxHook::new(&route, wake, |request| request.headers.clone());
+    /// let layer = IdempotencyLayer::builder(Arc::new(MemoryStore::new()), policy)
+    ///     .with_inbox(hook)
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
     pub fn with_inbox(mut self, hook: InboxHook) -> Self {
         self.inbox = Some(hook);
         self
