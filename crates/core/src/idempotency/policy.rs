@@ -86,6 +86,10 @@ pub enum AmbiguousPolicy {
 }
 
 /// What a route does with a covered keyed request (docs/reference.md#inbox-routes).
+///
+/// Only the proxy serves [`RouteMode::Inbox`]: it delivers what the layer queued, and sets the
+/// mode from its config (the policy builder has no setter for it); a layer built for such a
+/// policy needs the proxy's [`InboxHook`](crate::proxy::InboxHook).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RouteMode {
