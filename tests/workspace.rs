@@ -8,11 +8,12 @@ use std::path::Path;
 use std::process::Command;
 
 /// The library crates a service may depend on, by package name.
-const LIBRARIES: [&str; 5] = [
+const LIBRARIES: [&str; 6] = [
     "idempotency-core",
     "idempotency-redis-store",
     "idempotency-file-store",
     "idempotency-postgres",
+    "idempotency-postgres-store",
     "idempotency-outbox",
 ];
 
@@ -138,14 +139,69 @@ fn the_cores_optional_parts_are_features_the_stores_leave_off() {
         assert!(!has(&bare, dependency), "{dependency} without {feature}");
         assert!(has(&with, dependency), "{feature} brings no {dependency}");
     }
-    for store in ["idempotency-file-store", "idempotency-redis-store"] {
-        let tree = packages(&["-p", store]);
-        for (feature, dependency) in FEATURES {
-            assert!(
-                !has(&tree, dependency),
-                "{store} turns on the core's {feature}"
-            );
+    let stores = [
+        "idempotency-file-store",
+        "idempotency-redis-store",
+        "idempotency-postgres-store",
+    ];
+    for store in stores {
+        // Asked of the core's own features: a store's client may bring the same crates for
+        // itself (PostgreSQL's SCRAM brings `hmac`).
+        let core = cargo(&[
+            "tree",
+            "-p",
+            store,
+            "-e",
+            "normal,features",
+            "-i",
+            "idempotency-core",
+        ]);
+        for (feature, _) in FEATURES {
+            let on = format!("idempotency-core feature \"{feature}\"");
+            assert!(!core.contains(&on), "{store} turns on the core's {feature}");
         }
+    }
+    // The check can see what it looks for: the proxy turns both on.
+    let proxy = cargo(&[
+        "tree",
+        "-p",
+        "idempotency-proxy",
+        "-e",
+        "normal,features",
+        "-i",
+        "idempotency-core",
+    ]);
+    for (feature, _) in FEATURES {
+        assert!(
+            proxy.contains(&format!("idempotency-core feature \"{feature}\"")),
+            "{feature}"
+        );
+    }
+}
+
+#[test]
+fn the_postgres_store_builds_on_the_core_and_the_connection_crate_only() {
+    let (names, _) = normal_tree("idempotency-postgres-store");
+    let mut ours: Vec<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| n.starts_with("idempotency-"))
+        .collect();
+    ours.sort_unstable();
+    ours.dedup();
+    assert_eq!(
+        ours,
+        [
+            "idempotency-core",
+            "idempotency-postgres",
+            "idempotency-postgres-store"
+        ]
+    );
+    for foreign in ["redis", "redb"] {
+        assert!(
+            !names.iter().any(|n| n == foreign),
+            "the Postgres store pulls in {foreign}"
+        );
     }
 }
 

@@ -233,11 +233,7 @@ fn top_level_values_are_checked() {
         2,
         "admin_listen",
     );
-    refused(
-        &format!("{UPSTREAM}store = \"postgres://db\"\n"),
-        2,
-        "store",
-    );
+    refused(&format!("{UPSTREAM}store = \"mysql://db\"\n"), 2, "store");
     refused(
         &format!("{UPSTREAM}problem_base = \"a\\nb\"\n"),
         2,
@@ -264,7 +260,7 @@ fn a_bad_flag_value_names_the_flag() {
         ),
         (
             Overrides {
-                store: Some("postgres://x".into()),
+                store: Some("mysql://x".into()),
                 ..Overrides::default()
             },
             "--store: ",

@@ -27,6 +27,15 @@ pub(super) struct RawFile {
     pub store: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream: Option<Spanned<String>>,
+    // The Postgres store's keys (see `store_keys.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_schema: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_pool_size: Option<Spanned<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_statement_timeout: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_ca: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem_base: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -66,6 +66,7 @@ fn to_toml(settings: &Settings) -> String {
         ..RawFile::default()
     };
     super::limits::print(&settings.limits, &mut raw);
+    super::store_keys::print(&settings.postgres, &mut raw);
     // Every value is a string, number, bool or array of them, which TOML can always represent.
     toml::to_string(&raw).unwrap_or_else(|e| format!("# cannot print the configuration: {e}\n"))
 }

@@ -44,6 +44,7 @@ pub(super) fn resolve(
     cli: &Overrides,
 ) -> Result<Settings, ConfigError> {
     let limits = super::limits::resolve(src, &raw)?;
+    let postgres = super::store_keys::resolve(src, &raw)?;
     let problem_base = Arc::new(problem_base(src, raw.problem_base.as_ref())?);
     let mut defaults = Inherited::new(Policy::new(
         RouteName::new(RouteName::DEFAULT).expect("a valid route name"),
@@ -63,6 +64,7 @@ pub(super) fn resolve(
         listen: listen(src, cli, raw.listen.as_ref())?,
         admin_listen: admin_listen(src, cli, raw.admin_listen.as_ref())?,
         store: store(src, cli, raw.store.as_ref())?,
+        postgres,
         log_format: cli
             .log_format
             .or(raw.log_format.map(Spanned::into_inner))
