@@ -14,6 +14,7 @@ mod clients;
 mod history;
 mod http;
 mod nemesis;
+mod postgres;
 mod prefill;
 mod process;
 mod proxies;

@@ -5,7 +5,8 @@
 //! URL, TLS through rustls, statement and connect time-outs), creates the tables when they are
 //! missing and refuses tables of another layout (`schema.rs`). Every operation is one
 //! statement, so one round trip and one transaction (`statements.rs` says how each stays
-//! atomic); an operation is acknowledged once it is committed. Expired records are purged in
+//! atomic); an operation is acknowledged once it is committed. Reservations and completions
+//! that meet on their way to the database share one statement (`batch.rs`). Expired records are purged in
 //! the background, a range of pages at a time, never waiting on a request (`purge.rs`).
 //!
 //! ```no_run
@@ -24,6 +25,7 @@
 //! # }
 //! ```
 
+mod batch;
 mod inbox;
 mod purge;
 mod schema;

@@ -20,6 +20,8 @@
 #[derive(Debug)]
 pub(crate) struct Statements {
     pub(crate) reserve: String,
+    pub(crate) reserve_many: String,
+    pub(crate) complete_many: String,
     pub(crate) renew: String,
     pub(crate) complete: String,
     pub(crate) release: String,
@@ -49,6 +51,15 @@ impl Statements {
         let fenced = "scope = $1 AND key = $2 AND token = $3 AND in_flight AND expires_at > now()";
         Self {
             reserve: take_record(r, "true", "$5::float8"),
+            reserve_many: reserve_many(r),
+            complete_many: format!(
+                "UPDATE {r} AS r SET in_flight = false, value = i.value, \
+                     expires_at = now() + i.life * interval '1 second' \
+                 FROM {INPUT} \
+                 WHERE r.scope = i.scope AND r.key = i.key AND r.token = i.token \
+                     AND r.in_flight AND r.expires_at > now() \
+                 RETURNING i.ord"
+            ),
             renew: format!(
                 "UPDATE {r} SET expires_at = now() + $4::float8 * interval '1 second' WHERE {fenced}"
             ),
@@ -114,6 +125,35 @@ impl Statements {
             ),
         }
     }
+}
+
+/// The requests of a batch, as rows: the same five parameters as the single statements take,
+/// each an array with one element per request, and each request's place in the batch.
+const INPUT: &str = "unnest($1::text[], $2::text[], $3::int8[], $4::bytea[], $5::float8[]) \
+     WITH ORDINALITY AS i(scope, key, token, value, life, ord)";
+
+/// `reserve` for many keys at once, each distinct: the same `live` and `taken` steps over the
+/// batch's rows, inserting in key order (two batches that meet on keys then wait for each other
+/// in one order, never in a cycle). Answers, per request in order: the live record's value or
+/// NULL, and whether the write happened.
+fn reserve_many(r: &str) -> String {
+    format!(
+        "WITH input AS (SELECT * FROM {INPUT}), \
+         live AS (SELECT i.ord, r.value FROM input i JOIN {r} r \
+             ON r.scope = i.scope AND r.key = i.key WHERE r.expires_at > now()), \
+         taken AS (INSERT INTO {r} AS r (scope, key, token, in_flight, value, expires_at) \
+             SELECT i.scope, i.key, i.token, true, i.value, \
+                 now() + i.life * interval '1 second' \
+             FROM input i WHERE NOT EXISTS (SELECT 1 FROM live l WHERE l.ord = i.ord) \
+             ORDER BY i.scope, i.key \
+         ON CONFLICT (scope, key) DO UPDATE SET token = excluded.token, \
+             in_flight = excluded.in_flight, value = excluded.value, \
+             expires_at = excluded.expires_at \
+             WHERE r.expires_at <= now() \
+         RETURNING r.scope, r.key) \
+         SELECT l.value, EXISTS (SELECT 1 FROM taken t WHERE t.scope = i.scope AND t.key = i.key) \
+         FROM input i LEFT JOIN live l ON l.ord = i.ord ORDER BY i.ord"
+    )
 }
 
 /// The statement that writes a fresh record under `$1, $2` with token `$3`, value `$4` and a

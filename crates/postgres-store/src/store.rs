@@ -30,6 +30,7 @@ use idempotency_postgres::tokio_postgres::types::ToSql;
 use idempotency_postgres::tokio_postgres::{self, Row};
 use idempotency_postgres::{pool, ConnectOptions, DatabaseUrl, Pool, PoolError};
 
+use crate::batch::Batcher;
 use crate::purge::Purger;
 use crate::schema::{Tables, DELIVERIES_TABLE, RECORDS_TABLE};
 use crate::statements::Statements;
@@ -44,18 +45,46 @@ pub struct PostgresStore {
     inner: Arc<Inner>,
 }
 
-pub(crate) struct Inner {
-    pub(crate) pool: Pool,
-    pub(crate) sql: Statements,
-    op_timeout: Duration,
+struct Inner {
+    db: Arc<Db>,
+    /// Reservations and completions gathered into batches (`batch.rs`).
+    reserves: Batcher<Write, Taken>,
+    completes: Batcher<Write, Fenced>,
     /// The URL without its password, for `Debug`.
     shown: String,
     /// Purges expired records while the store lives; stopped when it is dropped.
     _purger: Purger,
 }
 
+/// The pool and the statements, shared with the batches' tasks.
+pub(crate) struct Db {
+    pub(crate) pool: Pool,
+    pub(crate) sql: Statements,
+    op_timeout: Duration,
+}
+
 /// A statement's parameters.
 pub(crate) type Params<'a> = [&'a (dyn ToSql + Sync)];
+
+/// One reservation or completion: the row it writes.
+#[derive(Clone)]
+pub(crate) struct Write {
+    scope: String,
+    key: String,
+    token: i64,
+    value: Bytes,
+    life: f64,
+}
+
+/// What a reservation's statement found.
+pub(crate) enum Taken {
+    /// The record is ours.
+    Acquired,
+    /// A live record was there: its encoding.
+    Existing(Vec<u8>),
+    /// Neither: it lost a race for a new key (`statements.rs`), and runs again.
+    Raced,
+}
 
 impl PostgresStore {
     /// Connects to `url`, creates the tables in `schema` (or the connection's current schema)
@@ -82,11 +111,33 @@ impl PostgresStore {
         } else {
             options.statement_timeout
         };
+        let db = Arc::new(Db {
+            pool,
+            sql,
+            op_timeout: options.connect_timeout + limit,
+        });
+        // Half the pool at most for batches of each kind, so single statements (renewals,
+        // reads, inbox operations) always find a connection.
+        let slots = (options.pool_size / 2).max(1);
+        let reserves = {
+            let db = db.clone();
+            Batcher::start(slots, move |batch| {
+                let db = db.clone();
+                async move { db.reserve_batch(batch).await }
+            })
+        };
+        let completes = {
+            let db = db.clone();
+            Batcher::start(slots, move |batch| {
+                let db = db.clone();
+                async move { db.complete_batch(batch).await }
+            })
+        };
         Ok(Self {
             inner: Arc::new(Inner {
-                pool,
-                sql,
-                op_timeout: options.connect_timeout + limit,
+                db,
+                reserves,
+                completes,
                 shown: url.to_string(),
                 _purger: purger,
             }),
@@ -96,27 +147,52 @@ impl PostgresStore {
     /// Deletes every expired record now, as the background purge does every few seconds;
     /// returns how many went.
     pub async fn purge_expired(&self) -> Result<u64, StoreError> {
-        crate::purge::pass(&self.inner.pool, &self.inner.sql).await
+        crate::purge::pass(&self.inner.db.pool, &self.inner.db.sql).await
     }
 
     pub(crate) fn sql(&self) -> &Statements {
-        &self.inner.sql
+        &self.inner.db.sql
     }
 
+    pub(crate) async fn query(
+        &self,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> Result<Vec<Row>, StoreError> {
+        self.inner.db.query(sql, params).await
+    }
+
+    pub(crate) async fn query_one(
+        &self,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> Result<Row, StoreError> {
+        self.inner.db.query_one(sql, params).await
+    }
+
+    pub(crate) async fn execute(&self, sql: &str, params: &Params<'_>) -> Result<u64, StoreError> {
+        self.inner.db.execute(sql, params).await
+    }
+
+    /// Runs a fenced write: applied when it changed the holder's row.
+    async fn fenced(&self, sql: &str, params: &Params<'_>) -> Result<Fenced, StoreError> {
+        match self.execute(sql, params).await? {
+            0 => Ok(Fenced::LeaseLost),
+            _ => Ok(Fenced::Applied),
+        }
+    }
+}
+
+impl Db {
     /// Runs `sql` on a pooled connection under the operation time-out, answering its rows.
     pub(crate) async fn query(
         &self,
         sql: &str,
         params: &Params<'_>,
     ) -> Result<Vec<Row>, StoreError> {
-        let limit = self.inner.op_timeout;
+        let limit = self.op_timeout;
         let run = async {
-            let client = self
-                .inner
-                .pool
-                .get()
-                .await
-                .map_err(|e| pool_failure(e, limit))?;
+            let client = self.pool.get().await.map_err(|e| pool_failure(e, limit))?;
             let statement = client
                 .prepare_cached(sql)
                 .await
@@ -144,14 +220,9 @@ impl PostgresStore {
 
     /// Runs `sql` under the operation time-out, answering how many rows it changed.
     pub(crate) async fn execute(&self, sql: &str, params: &Params<'_>) -> Result<u64, StoreError> {
-        let limit = self.inner.op_timeout;
+        let limit = self.op_timeout;
         let run = async {
-            let client = self
-                .inner
-                .pool
-                .get()
-                .await
-                .map_err(|e| pool_failure(e, limit))?;
+            let client = self.pool.get().await.map_err(|e| pool_failure(e, limit))?;
             let statement = client
                 .prepare_cached(sql)
                 .await
@@ -166,12 +237,139 @@ impl PostgresStore {
             .unwrap_or(Err(StoreError::Timeout(limit)))
     }
 
-    /// Runs a fenced write: applied when it changed the holder's row.
-    async fn fenced(&self, sql: &str, params: &Params<'_>) -> Result<Fenced, StoreError> {
-        match self.execute(sql, params).await? {
-            0 => Ok(Fenced::LeaseLost),
-            _ => Ok(Fenced::Applied),
+    /// One reservation, by the single statement.
+    async fn reserve_one(&self, write: &Write) -> Result<Taken, StoreError> {
+        let value: &[u8] = &write.value;
+        let params: [&(dyn ToSql + Sync); 5] =
+            [&write.scope, &write.key, &write.token, &value, &write.life];
+        let row = self.query_one(&self.sql.reserve, &params).await?;
+        Ok(taken(row.get(0), row.get(1)))
+    }
+
+    /// A batch of reservations in one statement; a key twice in the batch runs on its own.
+    async fn reserve_batch(&self, batch: Vec<Write>) -> Vec<Result<Taken, StoreError>> {
+        if let [one] = batch.as_slice() {
+            return vec![self.reserve_one(one).await];
         }
+        let (together, alone) = distinct(&batch);
+        let mut results: Vec<Option<Result<Taken, StoreError>>> = Vec::new();
+        results.resize_with(batch.len(), || None);
+        let arrays = arrays(&batch, &together);
+        let rows = self.query(&self.sql.reserve_many, &arrays.params()).await;
+        match rows {
+            Ok(rows) => {
+                for (row, &i) in rows.iter().zip(&together) {
+                    results[i] = Some(Ok(taken(row.get(0), row.get(1))));
+                }
+            }
+            Err(e) => {
+                for &i in &together {
+                    results[i] = Some(Err(copy(&e)));
+                }
+            }
+        }
+        for i in alone {
+            results[i] = Some(self.reserve_one(&batch[i]).await);
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or(Ok(Taken::Raced)))
+            .collect()
+    }
+
+    /// A batch of completions in one statement: each applied when its holder's row changed.
+    async fn complete_batch(&self, batch: Vec<Write>) -> Vec<Result<Fenced, StoreError>> {
+        if let [one] = batch.as_slice() {
+            let value: &[u8] = &one.value;
+            let params: [&(dyn ToSql + Sync); 5] =
+                [&one.scope, &one.key, &one.token, &value, &one.life];
+            let changed = self.execute(&self.sql.complete, &params).await;
+            return vec![changed.map(|n| {
+                if n == 0 {
+                    Fenced::LeaseLost
+                } else {
+                    Fenced::Applied
+                }
+            })];
+        }
+        let all: Vec<usize> = (0..batch.len()).collect();
+        let arrays = arrays(&batch, &all);
+        match self.query(&self.sql.complete_many, &arrays.params()).await {
+            Ok(rows) => {
+                let mut applied = vec![Fenced::LeaseLost; batch.len()];
+                for row in rows {
+                    let ord = usize::try_from(row.get::<_, i64>(0)).unwrap_or(0);
+                    if let Some(slot) = ord.checked_sub(1).and_then(|i| applied.get_mut(i)) {
+                        *slot = Fenced::Applied;
+                    }
+                }
+                applied.into_iter().map(Ok).collect()
+            }
+            Err(e) => batch.iter().map(|_| Err(copy(&e))).collect(),
+        }
+    }
+}
+
+/// The positions of a batch's requests whose key is there once, and of the others.
+fn distinct(batch: &[Write]) -> (Vec<usize>, Vec<usize>) {
+    let mut seen = std::collections::HashSet::new();
+    let (mut together, mut alone) = (Vec::new(), Vec::new());
+    for (i, write) in batch.iter().enumerate() {
+        if seen.insert((write.scope.as_str(), write.key.as_str())) {
+            together.push(i);
+        } else {
+            alone.push(i);
+        }
+    }
+    (together, alone)
+}
+
+/// The batch statements' five array parameters, over the requests at `positions`.
+fn arrays(batch: &[Write], positions: &[usize]) -> Arrays {
+    let pick = |i: &usize| &batch[*i];
+    Arrays {
+        scopes: positions.iter().map(|i| pick(i).scope.clone()).collect(),
+        keys: positions.iter().map(|i| pick(i).key.clone()).collect(),
+        tokens: positions.iter().map(|i| pick(i).token).collect(),
+        values: positions.iter().map(|i| pick(i).value.to_vec()).collect(),
+        lives: positions.iter().map(|i| pick(i).life).collect(),
+    }
+}
+
+/// Array parameters, one element per request.
+struct Arrays {
+    scopes: Vec<String>,
+    keys: Vec<String>,
+    tokens: Vec<i64>,
+    values: Vec<Vec<u8>>,
+    lives: Vec<f64>,
+}
+
+impl Arrays {
+    fn params(&self) -> [&(dyn ToSql + Sync); 5] {
+        [
+            &self.scopes,
+            &self.keys,
+            &self.tokens,
+            &self.values,
+            &self.lives,
+        ]
+    }
+}
+
+fn taken(existing: Option<Vec<u8>>, written: bool) -> Taken {
+    match (written, existing) {
+        (true, _) => Taken::Acquired,
+        (false, Some(value)) => Taken::Existing(value),
+        (false, None) => Taken::Raced,
+    }
+}
+
+/// The same failure again, for each request of a batch that failed as a whole.
+fn copy(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Timeout(limit) => StoreError::Timeout(*limit),
+        other => StoreError::Unavailable(other.to_string()),
     }
 }
 
@@ -233,22 +431,28 @@ impl Store for PostgresStore {
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
         let (token, record) = InFlightRecord::fresh(fingerprint);
-        let value = record.encode();
         let (scope, name) = columns(key);
-        let (held, life) = (token_column(token), seconds(lease));
-        let params: [&(dyn ToSql + Sync); 5] = [&scope, &name, &held, &&value[..], &life];
-        for _ in 0..RACE_ATTEMPTS {
-            let row = self.query_one(&self.sql().reserve, &params).await?;
-            if row.get::<_, bool>(1) {
-                return Ok(Reservation::Acquired(token));
+        let write = Write {
+            scope,
+            key: name.to_owned(),
+            token: token_column(token),
+            value: record.encode(),
+            life: seconds(lease),
+        };
+        let mut found = self.inner.reserves.submit(write.clone()).await?;
+        for _ in 1..RACE_ATTEMPTS {
+            if !matches!(found, Taken::Raced) {
+                break;
             }
-            if let Some(existing) = row.get::<_, Option<Vec<u8>>>(0) {
-                return Ok(Record::decode(Bytes::from(existing))?.into());
-            }
+            found = self.inner.db.reserve_one(&write).await?;
         }
-        Err(StoreError::Unavailable(
-            "a reservation kept losing races for its key".to_owned(),
-        ))
+        match found {
+            Taken::Acquired => Ok(Reservation::Acquired(token)),
+            Taken::Existing(value) => Ok(Record::decode(Bytes::from(value))?.into()),
+            Taken::Raced => Err(StoreError::Unavailable(
+                "a reservation kept losing races for its key".to_owned(),
+            )),
+        }
     }
 
     async fn renew(
@@ -270,10 +474,14 @@ impl Store for PostgresStore {
         ttl: Duration,
     ) -> Result<Fenced, StoreError> {
         let (scope, name) = columns(key);
-        let value = record.encode();
-        let (held, life) = (token_column(record.token), seconds(ttl));
-        let params: [&(dyn ToSql + Sync); 5] = [&scope, &name, &held, &&value[..], &life];
-        self.fenced(&self.sql().complete, &params).await
+        let write = Write {
+            scope,
+            key: name.to_owned(),
+            token: token_column(record.token),
+            value: record.encode(),
+            life: seconds(ttl),
+        };
+        self.inner.completes.submit(write).await
     }
 
     async fn release(&self, key: &ScopedKey, token: FencingToken) -> Result<Fenced, StoreError> {

@@ -97,3 +97,48 @@ async fn the_purge_deletes_expired_records_and_keeps_live_ones() {
     let left = server.psql_on(&db, "SELECT string_agg(key, ',') FROM idempotency_records");
     assert_eq!(left, "live");
 }
+
+/// Many keys at once, so reservations and completions share statements (`batch.rs`): each
+/// key is acquired once, each holder's completion applies, a stranger's never does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_keys_at_once_are_each_reserved_and_completed_by_their_holder() {
+    use idempotency_core::model::{FencingToken, Record};
+    use idempotency_core::store::Fenced;
+    use idempotency_test_support::records::{outcome, small_body};
+    use std::sync::Arc;
+
+    let Some((server, db)) = database() else {
+        return;
+    };
+    let store = Arc::new(connect(server, &db, None).await.unwrap());
+    let tasks: Vec<_> = (0..96)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let name = key(&format!("many-{i}"));
+                let lease = Duration::from_secs(30);
+                let Reservation::Acquired(token) = store.reserve(&name, fp(1), lease).await? else {
+                    panic!("many-{i} was not free");
+                };
+                let ttl = Duration::from_secs(60);
+                let stranger = outcome(FencingToken::from_u64(token.as_u64() ^ 1), small_body());
+                assert_eq!(
+                    store.complete(&name, &stranger, ttl).await?,
+                    Fenced::LeaseLost
+                );
+                let mine = outcome(token, small_body());
+                assert_eq!(store.complete(&name, &mine, ttl).await?, Fenced::Applied);
+                Ok::<_, StoreError>(mine)
+            })
+        })
+        .collect();
+    for (i, task) in tasks.into_iter().enumerate() {
+        let stored = task.await.unwrap().unwrap();
+        let (record, _) = store
+            .get(&key(&format!("many-{i}")))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(record, Record::Completed(stored), "many-{i}");
+    }
+}
