@@ -125,8 +125,8 @@ pub fn run() -> ExitCode {
     let _logging = logging::init(settings.log_format);
     match proxy::run(settings, cli.overrides()) {
         Ok(()) => ExitCode::SUCCESS,
-        // A table the relay cannot use is a bad config, found at start.
-        Err(e @ StartError::OutboxTable(_)) => {
+        // A table the relay or the store cannot use is a bad config, found at start.
+        Err(e @ (StartError::OutboxTable(_) | StartError::StoreTable(_))) => {
             eprintln!("idempotency-proxy: {e}");
             ExitCode::from(2)
         }

@@ -4,6 +4,7 @@
 //! exists, every link between them lands on a file and a heading, and the README's test command
 //! is the one CI runs: a script that installs what the tests need and lets none of them skip.
 //! A link in a code comment to an anchor of a page (`docs/reference.md#…`) must land too.
+//! The performance page stays short: its older runs go to its history.
 
 mod common;
 
@@ -335,4 +336,18 @@ fn the_readme_test_command_sets_up_and_requires_everything_the_tests_can_skip() 
             "{script} runs the tests without {name}=1, so those tests may say SKIPPED: {test}"
         );
     }
+}
+
+/// `docs/performance.md` stays under this many lines: the method, the latest runs and Sizing fit
+/// in them; older runs and each change's before and after go to `docs/performance-history.md`.
+const PERFORMANCE_PAGE_MAX_LINES: usize = 400;
+
+#[test]
+fn the_performance_page_keeps_to_the_latest_runs() {
+    let lines = read("docs/performance.md").lines().count();
+    assert!(
+        lines < PERFORMANCE_PAGE_MAX_LINES,
+        "docs/performance.md has {lines} lines, not under {PERFORMANCE_PAGE_MAX_LINES}: move \
+         older runs to docs/performance-history.md"
+    );
 }

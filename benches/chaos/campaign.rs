@@ -139,8 +139,8 @@ async fn stop(targets: &Targets) {
     for proxy in &targets.proxies {
         proxy.kill().await;
     }
-    for node in &targets.store.nodes {
-        node.process.lock().await.kill().await;
+    for node in 0..targets.store.nodes.len() {
+        targets.store.kill(node).await;
     }
 }
 

@@ -15,6 +15,7 @@ mod history;
 mod http;
 mod nemesis;
 mod outbox;
+mod postgres;
 mod prefill;
 mod process;
 mod proxies;

@@ -201,7 +201,7 @@ async fn on_store(store: &Store, fault: &Planned) -> String {
         process.resume();
         return format!("paused {}", secs(fault.length));
     }
-    store.nodes[fault.target].process.lock().await.kill().await;
+    store.kill(fault.target).await;
     tokio::time::sleep(fault.length).await;
     let back = store.restart(fault.target).await;
     let failed = if back { "" } else { ", NOT restarted" };

@@ -74,6 +74,18 @@ impl Process {
         }
     }
 
+    /// SIGQUIT, and wait for the process to end (SIGKILL after 15 s): PostgreSQL's immediate
+    /// shutdown, every one of its processes gone at once.
+    pub async fn quit(&mut self) {
+        self.signal("-QUIT");
+        if let Some(mut child) = self.child.take() {
+            let waited = tokio::time::timeout(Duration::from_secs(15), child.wait()).await;
+            if waited.is_err() {
+                let _ = child.kill().await;
+            }
+        }
+    }
+
     pub fn pause(&self) {
         self.signal("-STOP");
     }

@@ -4,7 +4,7 @@
 # mismatched replay or a lost answer (with `--scenario outbox`: a lost row, a rolled-back row
 # sent, an effect twice); 2 when the campaign could not run.
 #
-#   benches/chaos/run.sh [--store file|redis|cluster] [--replicas N] [--duration SECS]
+#   benches/chaos/run.sh [--store file|redis|cluster|postgres] [--replicas N] [--duration SECS]
 #                        [--seed N] [--clients M]
 #   benches/chaos/run.sh --scenario outbox [--replicas RELAYS] [--duration SECS] [--seed N]
 #
@@ -29,7 +29,8 @@ fi
 
 # Should the campaign itself die, stop what it started: by PID, and only processes that still
 # belong to this run (a PID may have been reused since): a proxy names its config in the run
-# directory on its command line; a redis-server renames itself but works in its directory there.
+# directory on its command line; a redis-server renames itself but works in its directory there,
+# and a postgres works in its data directory there.
 belongs_to_run() {
   { tr '\0' ' ' <"/proc/$1/cmdline"; readlink "/proc/$1/cwd"; } 2>/dev/null | grep -qF "$dir"
 }

@@ -1,7 +1,8 @@
 //! The store the proxies share, started for one campaign: nothing to start for the file store;
 //! a private `redis-server`, or a private three-master Redis Cluster, each node with
 //! `--appendonly yes --appendfsync always` (a killed node comes back with every write it
-//! acknowledged) in a directory of the run, and a relay in front of every node.
+//! acknowledged) in a directory of the run, or a private PostgreSQL with its durable defaults
+//! (`postgres.rs`), and a relay in front of every node.
 //!
 //! Cluster nodes announce their relay's port (`cluster-announce-port`), so the proxies' cluster
 //! client, which connects to the addresses the cluster hands out, goes through the relays too;
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::Mutex;
 
+use crate::postgres;
 use crate::process::{self, Process};
 use crate::relay::Relay;
 
@@ -20,6 +22,7 @@ pub enum StoreKind {
     File,
     Redis,
     Cluster,
+    Postgres,
 }
 
 /// One `redis-server` and the relay the proxies reach it through.
@@ -46,7 +49,7 @@ impl Store {
     pub async fn start(kind: StoreKind, run: &Path) -> Result<Store, String> {
         let count = match kind {
             StoreKind::File => 0,
-            StoreKind::Redis => 1,
+            StoreKind::Redis | StoreKind::Postgres => 1,
             StoreKind::Cluster => CLUSTER_MASTERS,
         };
         let mut nodes = Vec::new();
@@ -70,6 +73,10 @@ impl Store {
         match self.kind {
             StoreKind::File => format!("file:{}", file_path(run, index).display()),
             StoreKind::Redis => format!("redis://127.0.0.1:{}", self.nodes[0].relay.port),
+            StoreKind::Postgres => format!(
+                "postgres://postgres@127.0.0.1:{}/postgres",
+                self.nodes[0].relay.port
+            ),
             StoreKind::Cluster => {
                 format!("redis+cluster://{}", relays().collect::<Vec<_>>().join(","))
             }
@@ -83,7 +90,18 @@ impl Store {
         if process.spawn().is_err() {
             return false;
         }
-        process::wait_ready(node.port, true, START_LIMIT, || false).await
+        let ping = self.kind != StoreKind::Postgres;
+        process::wait_ready(node.port, ping, START_LIMIT, || false).await
+    }
+
+    /// Stops node `node` as a crash would: SIGKILL for Redis, SIGQUIT for PostgreSQL
+    /// (`postgres.rs` says why).
+    pub async fn kill(&self, node: usize) {
+        let mut process = self.nodes[node].process.lock().await;
+        match self.kind {
+            StoreKind::Postgres => process.quit().await,
+            _ => process.kill().await,
+        }
     }
 
     async fn create_cluster(&self) -> Result<(), String> {
@@ -115,6 +133,9 @@ impl Store {
 }
 
 async fn start_node(kind: StoreKind, index: usize, port: u16, run: &Path) -> Result<Node, String> {
+    if kind == StoreKind::Postgres {
+        return start_postgres(port, run).await;
+    }
     let name = format!("redis-{index}");
     let dir = run.join(&name);
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -143,6 +164,28 @@ async fn start_node(kind: StoreKind, index: usize, port: u16, run: &Path) -> Res
         .map_err(|e| format!("cannot start redis-server: {e}"))?;
     if !process::wait_ready(port, true, START_LIMIT, || process.exited()).await {
         return Err(format!("{name} did not answer PING; see {name}.log"));
+    }
+    Ok(Node {
+        port,
+        relay,
+        process: Mutex::new(process),
+    })
+}
+
+async fn start_postgres(port: u16, run: &Path) -> Result<Node, String> {
+    let bin = postgres::binaries()?;
+    let dir = run.join("postgres-0");
+    postgres::init(&bin, &dir)?;
+    let relay = Relay::start(0, port)
+        .await
+        .map_err(|e| format!("relay: {e}"))?;
+    let (program, args) = postgres::server_command(&bin, &dir, port);
+    let mut process = Process::new(program, args, run.join("postgres-0.log"), run);
+    process
+        .spawn()
+        .map_err(|e| format!("cannot start postgres: {e}"))?;
+    if !process::wait_ready(port, false, START_LIMIT, || process.exited()).await {
+        return Err("postgres did not listen; see postgres-0.log".to_owned());
     }
     Ok(Node {
         port,

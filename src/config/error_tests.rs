@@ -233,11 +233,7 @@ fn top_level_values_are_checked() {
         2,
         "admin_listen",
     );
-    refused(
-        &format!("{UPSTREAM}store = \"postgres://db\"\n"),
-        2,
-        "store",
-    );
+    refused(&format!("{UPSTREAM}store = \"mysql://db\"\n"), 2, "store");
     refused(
         &format!("{UPSTREAM}problem_base = \"a\\nb\"\n"),
         2,
@@ -264,7 +260,7 @@ fn a_bad_flag_value_names_the_flag() {
         ),
         (
             Overrides {
-                store: Some("postgres://x".into()),
+                store: Some("mysql://x".into()),
                 ..Overrides::default()
             },
             "--store: ",
@@ -341,7 +337,7 @@ fn a_grpc_route_refuses_json_fingerprints_and_unknown_grpc_codes() {
     );
     let settings = load_str("config.toml", &text, &Overrides::default()).unwrap();
     let policy = &settings.routes[0].policy;
-    assert_eq!(policy.protocol, idempotency_core::grpc::Protocol::Grpc);
+    assert_eq!(policy.protocol, idempotency_core::policy::Protocol::Grpc);
     assert!(policy.grpc_keyed_streams);
     assert_eq!(policy.grpc_release_on.len(), 2);
 }

@@ -10,12 +10,10 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use super::settings::LogFormat;
-use idempotency_core::grpc::Protocol;
-use idempotency_core::idempotency::policy::{
-    AmbiguousPolicy, ConcurrentPolicy, RouteMode, StoreErrorPolicy,
-};
-use idempotency_core::idempotency::verify::Scheme;
-use idempotency_core::units::ByteSize;
+use idempotency_core::policy::ByteSize;
+use idempotency_core::policy::Protocol;
+use idempotency_core::policy::Scheme;
+use idempotency_core::policy::{AmbiguousPolicy, ConcurrentPolicy, RouteMode, StoreErrorPolicy};
 
 /// The whole file. Every key is optional: a file may set only routes, or only defaults.
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -29,6 +27,15 @@ pub(super) struct RawFile {
     pub store: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream: Option<Spanned<String>>,
+    // The Postgres store's keys (see `store_keys.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_schema: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_pool_size: Option<Spanned<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_statement_timeout: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_ca: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem_base: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -21,6 +21,7 @@ mod resolve;
 mod restart;
 mod settings;
 mod source;
+mod store_keys;
 mod tls;
 mod values;
 

@@ -7,9 +7,9 @@
 
 use super::file::{unspanned, FingerprintBodyMode, PolicyTable, RawFile, RouteHead, RouteTable};
 use super::settings::{RouteSettings, Settings};
-use idempotency_core::grpc::Protocol;
-use idempotency_core::idempotency::policy::{KeySource, Policy};
-use idempotency_core::model::FingerprintBody;
+use idempotency_core::policy::FingerprintBody;
+use idempotency_core::policy::Protocol;
+use idempotency_core::{policy::KeySource, Policy};
 use sha2::{Digest, Sha256};
 use toml::Spanned;
 
@@ -66,6 +66,7 @@ fn to_toml(settings: &Settings) -> String {
         ..RawFile::default()
     };
     super::limits::print(&settings.limits, &mut raw);
+    super::store_keys::print(&settings.postgres, &mut raw);
     // Every value is a string, number, bool or array of them, which TOML can always represent.
     toml::to_string(&raw).unwrap_or_else(|e| format!("# cannot print the configuration: {e}\n"))
 }

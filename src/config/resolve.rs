@@ -21,10 +21,10 @@ use super::source::Source;
 use super::values;
 use super::values::{host, path_prefix, socket_addr, upstream_uri};
 use crate::store::StoreSpec;
-use idempotency_core::idempotency::Policy;
-use idempotency_core::model::RouteName;
-use idempotency_core::problem::ProblemBase;
-use idempotency_core::secret::Secret;
+use idempotency_core::backend::RouteName;
+use idempotency_core::Policy;
+use idempotency_core::ProblemBase;
+use idempotency_core::Secret;
 
 /// Where the route named `default` was declared, for the duplicate-name message.
 fn origin(src: &Source, given: &Given) -> String {
@@ -44,6 +44,7 @@ pub(super) fn resolve(
     cli: &Overrides,
 ) -> Result<Settings, ConfigError> {
     let limits = super::limits::resolve(src, &raw)?;
+    let postgres = super::store_keys::resolve(src, &raw)?;
     let problem_base = Arc::new(problem_base(src, raw.problem_base.as_ref())?);
     let mut defaults = Inherited::new(Policy::new(
         RouteName::new(RouteName::DEFAULT).expect("a valid route name"),
@@ -63,6 +64,7 @@ pub(super) fn resolve(
         listen: listen(src, cli, raw.listen.as_ref())?,
         admin_listen: admin_listen(src, cli, raw.admin_listen.as_ref())?,
         store: store(src, cli, raw.store.as_ref())?,
+        postgres,
         log_format: cli
             .log_format
             .or(raw.log_format.map(Spanned::into_inner))

@@ -1,5 +1,5 @@
 //! What a reload may not change (docs/reference.md#reload): the addresses the proxy listens on, its
-//! store, whether its listener speaks HTTPS, its log format and its number of workers. Each is
+//! store (and the Postgres store's keys), whether its listener speaks HTTPS, its log format and its number of workers. Each is
 //! bound once at start (a socket, an open store, the listener's protocol, the process's log
 //! writer, the serving threads), so a new value
 //! could only be pretended to: a reload that changes one is refused, naming the key and its
@@ -18,6 +18,7 @@ pub(super) struct Positions {
     listen: Option<Range<usize>>,
     admin_listen: Option<Range<usize>>,
     store: Option<Range<usize>>,
+    store_keys: Option<Range<usize>>,
     tls_cert: Option<Range<usize>>,
     log_format: Option<Range<usize>>,
     workers: Option<Range<usize>>,
@@ -31,6 +32,17 @@ impl Positions {
             listen: raw.listen.as_ref().map(toml::Spanned::span),
             admin_listen: raw.admin_listen.as_ref().map(toml::Spanned::span),
             store: raw.store.as_ref().map(toml::Spanned::span),
+            store_keys: [
+                raw.store_schema.as_ref().map(toml::Spanned::span),
+                raw.store_pool_size.as_ref().map(toml::Spanned::span),
+                raw.store_statement_timeout
+                    .as_ref()
+                    .map(toml::Spanned::span),
+                raw.store_ca.as_ref().map(toml::Spanned::span),
+            ]
+            .into_iter()
+            .flatten()
+            .next(),
             tls_cert: raw.tls_cert.as_ref().map(toml::Spanned::span),
             log_format: raw.log_format.as_ref().map(toml::Spanned::span),
             workers: raw.workers.as_ref().map(toml::Spanned::span),
@@ -56,6 +68,13 @@ fn outboxes(settings: &Settings) -> (String, String) {
         printed.unwrap_or_default(),
         format!("[{}]", names.join(", ")),
     )
+}
+
+/// The Postgres store's keys as `--check` prints them.
+fn store_keys(settings: &Settings) -> String {
+    let mut raw = RawFile::default();
+    super::store_keys::print(&settings.postgres, &mut raw);
+    toml::to_string(&raw).unwrap_or_default()
 }
 
 fn serving(settings: &Settings) -> &'static str {
@@ -99,6 +118,13 @@ pub(super) fn unchanged(
             &at.store,
             running.store.to_string(),
             new.store.to_string(),
+        ),
+        // The Postgres store's pool and tables are made once, at start.
+        (
+            "store_schema",
+            &at.store_keys,
+            store_keys(running),
+            store_keys(new),
         ),
         (
             "tls_cert",

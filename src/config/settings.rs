@@ -8,12 +8,12 @@ use std::time::Duration;
 use crate::inbox::policy::DeliveryPolicy;
 pub use crate::logging::LogFormat;
 pub use crate::outbox::OutboxSettings;
-use crate::store::{SealingKeys, StoreSpec};
+use crate::store::{PostgresSettings, SealingKeys, StoreSpec};
 use crate::tls::{ListenerTls, UpstreamTls};
-use idempotency_core::idempotency::Policy;
-use idempotency_core::problem::ProblemBase;
-use idempotency_core::secret::Secret;
-use idempotency_core::units::ByteSize;
+use idempotency_core::policy::ByteSize;
+use idempotency_core::Policy;
+use idempotency_core::ProblemBase;
+use idempotency_core::Secret;
 
 /// The listen address when neither the file nor `--listen` names one.
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080);
@@ -49,6 +49,9 @@ pub struct Settings {
     pub admin_listen: Option<SocketAddr>,
     /// Where records live.
     pub store: StoreSpec,
+    /// The Postgres store's own keys (`store_schema`, `store_pool_size`,
+    /// `store_statement_timeout`, `store_ca`); defaults unless the file sets them.
+    pub postgres: PostgresSettings,
     /// How log lines are written.
     pub log_format: LogFormat,
     /// How long a shutdown waits for requests in flight.

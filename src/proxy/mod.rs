@@ -29,10 +29,10 @@ use crate::outbox::{self, Outboxes};
 use crate::scraped::{GaugeSource, Named};
 use crate::server::{self, LiveApp};
 use crate::status::{ConfigSummary, Status};
-use crate::store::{self, MemoryStore, Store, StoreError};
+use crate::store::{self, MemoryStore, Store, StoreError, StoreSpec};
 use crate::tls::TlsListener;
 use generation::Kept;
-use idempotency_core::idempotency::policy::RouteMode;
+use idempotency_core::policy::RouteMode;
 pub use reload::ReloadState;
 use reload::Reloads;
 
@@ -48,6 +48,9 @@ pub enum StartError {
     /// An outbox's table lacks what its relay needs (each problem named).
     #[error("{0}")]
     OutboxTable(String),
+    /// The Postgres store's tables have another layout, or its settings cannot be used.
+    #[error("cannot open the store: {0}")]
+    StoreTable(String),
     /// A listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -116,7 +119,9 @@ impl Proxy {
         let store: Arc<dyn Store> = if settings.routes.is_empty() {
             Arc::new(MemoryStore::new())
         } else {
-            store::open(&settings.store).await?
+            store::open_with(&settings.store, &settings.postgres)
+                .await
+                .map_err(|e| refused_table(&settings.store, e))?
         };
         servable(settings, &*store).map_err(|e| StartError::Inbox(e.to_string()))?;
         let proxy = Self::with_store(settings, store);
@@ -474,6 +479,15 @@ async fn spawn_admin(proxy: &Proxy, addr: SocketAddr) -> Result<oneshot::Sender<
     tokio::spawn(async move { admin.await });
     tracing::info!(%addr, "admin listening");
     Ok(stop)
+}
+
+/// A Postgres store that refuses to open for its tables or settings (not for an unreachable
+/// database) is a bad config, found at start.
+fn refused_table(spec: &StoreSpec, error: StoreError) -> StartError {
+    match (spec, error) {
+        (StoreSpec::Postgres(_), StoreError::Open(why)) => StartError::StoreTable(why),
+        (_, error) => StartError::Store(error),
+    }
 }
 
 /// What the status page says of a config.

@@ -15,6 +15,9 @@ pub enum StoreSpec {
     Redis(String),
     /// `redis+cluster://HOST:PORT[,HOST:PORT...]`, as one `redis://` URL per seed node.
     RedisCluster(Vec<String>),
+    /// `postgres://` or `postgresql://`, or `env:NAME` / `file:PATH` holding one, as written:
+    /// resolved again when the store is opened.
+    Postgres(String),
 }
 
 /// Why a store value was refused.
@@ -30,6 +33,7 @@ impl StoreSpec {
             StoreSpec::File(_) => "file",
             StoreSpec::Redis(_) => "redis",
             StoreSpec::RedisCluster(_) => "redis-cluster",
+            StoreSpec::Postgres(_) => "postgres",
         }
     }
 }
@@ -46,6 +50,17 @@ impl FromStr for StoreSpec {
     fn from_str(raw: &str) -> Result<Self, Self::Err> {
         if raw == "memory" {
             return Ok(StoreSpec::Memory);
+        }
+        let postgres = raw.starts_with("postgres://") || raw.starts_with("postgresql://");
+        let reference = raw.starts_with("env:")
+            || raw
+                .strip_prefix("file:")
+                .is_some_and(super::postgres::holds_url);
+        if postgres || reference {
+            return match idempotency_postgres::DatabaseUrl::resolve(raw) {
+                Ok(_) => Ok(StoreSpec::Postgres(raw.to_owned())),
+                Err(e) => Err(StoreSpecError(e.to_string())),
+            };
         }
         if let Some(path) = raw.strip_prefix("file:") {
             if path.is_empty() {
@@ -69,7 +84,7 @@ impl FromStr for StoreSpec {
             return Ok(StoreSpec::RedisCluster(nodes));
         }
         Err(StoreSpecError(format!(
-            "unknown store {raw:?}: expected memory, file:PATH, redis://HOST:PORT[/DB], rediss://… or redis+cluster://HOST:PORT[,…]"
+            "unknown store {raw:?}: expected memory, file:PATH, redis://HOST:PORT[/DB], rediss://…, redis+cluster://HOST:PORT[,…], postgres://USER@HOST:PORT/DB or env:NAME holding one"
         )))
     }
 }
@@ -79,7 +94,7 @@ impl fmt::Display for StoreSpec {
         match self {
             StoreSpec::Memory => f.write_str("memory"),
             StoreSpec::File(path) => write!(f, "file:{}", path.display()),
-            StoreSpec::Redis(url) => f.write_str(url),
+            StoreSpec::Redis(url) | StoreSpec::Postgres(url) => f.write_str(url),
             StoreSpec::RedisCluster(nodes) => {
                 let hosts: Vec<&str> = nodes
                     .iter()
@@ -116,6 +131,8 @@ mod tests {
             "redis://127.0.0.1:6379/2",
             "rediss://h:6380",
             "redis+cluster://a:1,b:2",
+            "postgres://app@db:5432/app?sslmode=require",
+            "postgresql://app@db/app",
         ] {
             let spec: StoreSpec = raw.parse().unwrap();
             assert_eq!(spec.to_string(), raw);
@@ -130,13 +147,28 @@ mod tests {
     fn refuses_unknown_or_empty() {
         for raw in [
             "",
-            "postgres://x",
+            "postgres://",
+            "env:IDEMPOTENCY_PROXY_NO_SUCH_VARIABLE",
+            "mysql://x",
             "file:",
             "redis+cluster://",
             "redis+cluster://a:1,,b:2",
         ] {
             assert!(raw.parse::<StoreSpec>().is_err(), "{raw}");
         }
+    }
+
+    #[test]
+    fn a_file_holding_a_postgres_url_names_the_postgres_store() {
+        let path = std::env::temp_dir().join(format!("store-url-{}", std::process::id()));
+        std::fs::write(&path, "postgres://app:secret@db:5432/app\n").unwrap();
+        let raw = format!("file:{}", path.display());
+        let spec: StoreSpec = raw.parse().unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(spec, StoreSpec::Postgres(raw));
+        assert_eq!(spec.kind(), "postgres");
+        let missing: StoreSpec = "file:/no/such/store.db".parse().unwrap();
+        assert_eq!(missing.kind(), "file");
     }
 
     #[test]

@@ -145,6 +145,16 @@ pub(crate) fn platform_client_config() -> Arc<ClientConfig> {
         .clone()
 }
 
+/// The client config for the Postgres store's TLS (`store_ca`): the platform's roots and the
+/// CAs in the PEM bundle `ca` names. No ALPN: the database protocol names none.
+pub(crate) fn database_client_config(ca: &str) -> Result<Arc<ClientConfig>, String> {
+    let mut tls = UpstreamTls::default();
+    tls.set_ca(ca)?;
+    let mut config = tls.client_config()?;
+    config.alpn_protocols.clear();
+    Ok(Arc::new(config))
+}
+
 /// The platform's trusted roots, read once. A platform with none (a container image without
 /// `ca-certificates`) leaves only `upstream_ca` trusted, which is said once in the log.
 fn platform_roots() -> &'static RootCertStore {

@@ -20,7 +20,9 @@ mod files;
 mod server;
 
 pub use client::UpstreamTls;
-pub(crate) use client::{connect, platform_client_config, refused_handshake};
+pub(crate) use client::{
+    connect, database_client_config, platform_client_config, refused_handshake,
+};
 pub(crate) use files::{certificates, private_key};
 pub use server::ListenerTls;
 pub(crate) use server::TlsListener;
