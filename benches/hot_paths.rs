@@ -10,14 +10,16 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
-use idempotency_core::model::jcs::{self, JsonPointer};
-use idempotency_core::model::{
-    CompletedRecord, FencingToken, Fingerprint, FingerprintBody, IdempotencyKey, Record, RouteName,
-    StoredBody,
+use idempotency_core::observe::Outcome;
+use idempotency_core::policy::{jcs, JsonPointer};
+use idempotency_core::proxy::RouteMetrics;
+use idempotency_core::{
+    backend::{
+        CompletedRecord, FencingToken, Fingerprint, IdempotencyKey, Record, RouteName, StoredBody,
+    },
+    policy::FingerprintBody,
 };
-use idempotency_proxy::recording::{
-    self, RequestOutcome, RouteActivity, RouteMetrics, RouteTelemetry,
-};
+use idempotency_proxy::{install_metrics_recorder, RouteActivity, RouteTelemetry};
 use sha2::{Digest, Sha256};
 
 fn key_parsing(c: &mut Criterion) {
@@ -150,7 +152,7 @@ fn json_canonicalization(c: &mut Criterion) {
 /// per-second ring, the last decisions), then the whole hook with the Prometheus recorder
 /// installed, and the status page's share with two threads recording one route at once.
 fn recording(c: &mut Criterion) {
-    recording::install_recorder();
+    install_metrics_recorder();
     let mut group = c.benchmark_group("finished");
     let route = RouteName::new("bench-payments").unwrap();
     let activity = RouteActivity::of(&route);
@@ -158,7 +160,7 @@ fn recording(c: &mut Criterion) {
     group.bench_function("wall_clock", |b| b.iter(std::time::SystemTime::now));
     group.bench_function("status_page", |b| {
         b.iter(|| {
-            activity.request_finished(RequestOutcome::Replayed, 201, None, Some("0a1b2c3d4e5f"));
+            activity.request_finished(Outcome::Replayed, 201, None, Some("0a1b2c3d4e5f"));
         });
     });
     let metrics = RouteMetrics::new(&route, RouteTelemetry::new(&route));
@@ -169,7 +171,7 @@ fn recording(c: &mut Criterion) {
     group.bench_function("request_finished", |b| {
         b.iter(|| {
             metrics.request_finished(
-                RequestOutcome::Replayed,
+                Outcome::Replayed,
                 &response,
                 Some("0a1b2c3d4e5f"),
                 std::time::Duration::from_micros(250),
@@ -184,7 +186,7 @@ fn recording(c: &mut Criterion) {
                     threads.spawn(|| {
                         for _ in 0..iterations {
                             activity.request_finished(
-                                RequestOutcome::Forwarded,
+                                Outcome::Forwarded,
                                 201,
                                 None,
                                 Some("0a1b2c3d4e5f"),

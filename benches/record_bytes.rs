@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use idempotency_core::model::{
+use idempotency_core::backend::{
     CompletedRecord, Fingerprint, IdempotencyKey, PartDigests, Record, RouteName, ScopedKey,
     StoredBody,
 };
@@ -57,7 +57,7 @@ fn key(n: usize) -> ScopedKey {
 fn record(
     n: usize,
     fingerprint: Fingerprint,
-    token: idempotency_core::model::FencingToken,
+    token: idempotency_core::backend::FencingToken,
 ) -> CompletedRecord {
     let mut headers = HeaderMap::new();
     for (name, value) in HEADERS {

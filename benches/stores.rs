@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use http::{HeaderMap, StatusCode};
-use idempotency_core::model::{
+use idempotency_core::backend::{
     CompletedRecord, Fingerprint, IdempotencyKey, RouteName, ScopedKey, StoredBody,
 };
 use idempotency_proxy::store::{FileStore, MemoryStore, Reservation, Store};

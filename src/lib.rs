@@ -14,8 +14,6 @@ mod admin;
 mod cli;
 pub mod config;
 mod framing;
-#[doc(hidden)]
-pub mod fuzzing;
 pub mod inbox;
 mod logging;
 mod metric_catalog;
@@ -35,19 +33,13 @@ pub use cli::run as run_command_line;
 pub use config::config_digest;
 pub use metric_catalog::{Metric, MetricKind, METRICS};
 pub use proxy::{Proxy, ReloadState, StartError};
+pub use status::activity::RouteActivity;
 pub use status::{ConfigSummary, InboxQueues, InboxStats, Status};
+pub use telemetry::RouteTelemetry;
 
-/// The recording every request does (metrics, its log line, the status page's counts),
-/// reachable for `benches/hot_paths.rs`. Not part of the proxy's API.
-#[doc(hidden)]
-pub mod recording {
-    pub use crate::status::activity::RouteActivity;
-    pub use crate::telemetry::RouteTelemetry;
-    pub use idempotency_core::idempotency::RouteMetrics;
-    pub use idempotency_core::outcome::RequestOutcome;
-
-    /// Installs the process-wide Prometheus recorder, as the proxy does before building routes.
-    pub fn install_recorder() {
-        crate::admin::metrics_handle();
-    }
+/// Installs the proxy's process-wide Prometheus recorder (counts batched per thread), as
+/// [`Proxy`] does before it builds its routes: a program that gives its own layers the proxy's
+/// [`RouteTelemetry`] installs it first, so their metrics reach `/metrics` as the proxy's do.
+pub fn install_metrics_recorder() {
+    admin::metrics_handle();
 }

@@ -3,7 +3,7 @@
 //! renamed or forgotten metric fails a test instead of leaving a panel empty.
 
 use crate::telemetry::CONFIG_RELOADS_TOTAL;
-use idempotency_core::idempotency::metrics::{
+use idempotency_core::proxy::{
     FAIL_OPEN_TOTAL, IN_FLIGHT, REQUESTS_TOTAL, STORE_SECONDS, STORE_UNAVAILABLE_TOTAL,
     UPSTREAM_SECONDS,
 };

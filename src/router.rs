@@ -17,9 +17,9 @@ use hyper::body::Incoming;
 use tower::Service;
 
 use crate::upstream::Upstream;
-use idempotency_core::error::ProxyError;
-use idempotency_core::grpc::{self, GrpcCall};
-use idempotency_core::idempotency::{IdempotencyService, ResponseFuture};
+use idempotency_core::proxy::grpc::{self, GrpcCall};
+use idempotency_core::Problem;
+use idempotency_core::{IdempotencyService, ResponseFuture};
 
 /// The stack a route runs: the idempotency layer in front of the forwarding client.
 pub(crate) type RouteService = IdempotencyService<Upstream>;
@@ -82,8 +82,10 @@ impl Router {
     /// force without cloning its router per request.
     pub(crate) fn route(&self, request: Request<Incoming>) -> RouterFuture {
         match self.select(&request) {
-            Some(route) => RouterFuture::Routed(route.service.serve(request)),
-            None => RouterFuture::answered(refusal(&request, ProxyError::NoRoute)),
+            Some(route) => {
+                RouterFuture::Routed(idempotency_core::proxy::serve(&route.service, request))
+            }
+            None => RouterFuture::answered(refusal(&request, Problem::NoRoute)),
         }
     }
 }
@@ -92,7 +94,7 @@ impl Router {
 /// framing). A gRPC call gets it as a gRPC error (docs/grpc.md#statuses), the status its client
 /// reads, as no route's layer is there to say the route speaks gRPC; anything else gets a
 /// problem document.
-pub(crate) fn refusal<B>(request: &Request<B>, error: ProxyError) -> Response<Body> {
+pub(crate) fn refusal<B>(request: &Request<B>, error: Problem) -> Response<Body> {
     let mut response = error.into_response();
     if grpc::is_call(request.headers()) {
         response.extensions_mut().insert(GrpcCall);

@@ -5,13 +5,13 @@
 //! the proxy has. Lines carry the scoped key's short digest, never the key, a secret header or
 //! a body: idempotency keys are often guessable customer data, and a log is read by many people.
 
-use idempotency_core::grpc::GrpcCode;
+use idempotency_core::policy::GrpcCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::idempotency::{FinishedRequest, RequestObserver};
-use idempotency_core::model::RouteName;
-use idempotency_core::ProxyError;
+use idempotency_core::backend::RouteName;
+use idempotency_core::observe::{FinishedRequest, RequestObserver};
+use idempotency_core::Problem;
 
 use crate::logging::RequestLine;
 use crate::status::activity::RouteActivity;
@@ -19,7 +19,9 @@ use crate::status::activity::RouteActivity;
 /// Config reloads by `result`: `ok` (applied) or `error` (refused; the running config stays).
 pub(crate) const CONFIG_RELOADS_TOTAL: &str = "idempotency_config_reloads_total";
 
-/// One route's access lines and status page activity.
+/// The observer the proxy gives each route's layer
+/// ([`LayerBuilder::with_observer`](idempotency_core::LayerBuilder::with_observer)): each
+/// request's access line, and its route's [`RouteActivity`] on the status page.
 #[derive(Debug)]
 pub struct RouteTelemetry {
     route: RouteName,
@@ -53,7 +55,7 @@ impl RequestObserver for RouteTelemetry {
             grpc_status,
             latency: request.elapsed,
             key: request.key_id.unwrap_or("-"),
-            problem: request.problem.map(ProxyError::problem_type),
+            problem: request.problem.map(Problem::problem_type),
             cause: request.cause.map(|c| &*c.0),
         }
         .log();

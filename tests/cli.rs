@@ -72,7 +72,7 @@ fn bad_flags_exit_2() {
             "--upstream",
             "http://127.0.0.1:9",
             "--store",
-            "postgres://x",
+            "mysql://x",
             "--check"
         ])
         .status

@@ -13,7 +13,7 @@ use common::inbox_upstream::{free_addr, InboxUpstream};
 use common::poll;
 use common::proxy::TestProxy;
 use common::records::{outcome, scoped};
-use idempotency_core::model::{Delivery, FencingToken, StoredRequest};
+use idempotency_core::backend::{Delivery, FencingToken, StoredRequest};
 use idempotency_proxy::store::{MemoryStore, Store};
 use serde_json::Value;
 use tokio::time::Instant;

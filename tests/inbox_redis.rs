@@ -19,7 +19,7 @@ use common::poll;
 use common::redis_cluster::RedisCluster;
 use common::redis_server::{RedisServer, Server};
 use common::temp::TempPath;
-use idempotency_core::model::RouteName;
+use idempotency_core::backend::RouteName;
 use idempotency_proxy::store::DEFAULT_PREFIX;
 use idempotency_proxy::store::{RedisStore, Store};
 use idempotency_test_support::on_each_server;

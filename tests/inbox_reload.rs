@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use common::inbox_upstream::{free_addr, InboxUpstream};
 use common::proxy::TestProxy;
 use common::temp::TempPath;
-use idempotency_core::model::{
+use idempotency_core::backend::{
     CompletedRecord, FencingToken, Fingerprint, Record, RouteName, ScopedKey,
 };
 use idempotency_proxy::store::{

@@ -20,7 +20,7 @@ use common::proxy::TestProxy;
 use common::receiver::{Receiver, Reply};
 use common::temp::TempPath;
 use common::upstream::TestUpstream;
-use idempotency_core::model::{IdempotencyKey, RouteName, ScopedKey};
+use idempotency_core::backend::{IdempotencyKey, RouteName, ScopedKey};
 use idempotency_outbox::{Event, EventId};
 use idempotency_proxy::store::{MemoryStore, StoreError};
 use idempotency_proxy::{InboxQueues, InboxStats};

@@ -96,6 +96,89 @@ fn the_core_depends_on_no_store_client_server_tls_or_command_line() {
     }
 }
 
+/// The crates behind each of the core's optional parts (its cargo features).
+const FEATURES: [(&str, &str); 2] = [("sealing", "chacha20poly1305"), ("webhooks", "hmac")];
+
+/// The distinct packages of a normal tree, by name and version.
+fn packages(args: &[&str]) -> Vec<String> {
+    let mut tree = vec!["tree", "-e", "normal", "--prefix", "none"];
+    tree.extend_from_slice(args);
+    let mut lines: Vec<String> = cargo(&tree)
+        .lines()
+        .map(|line| line.trim_end_matches(" (*)").to_owned())
+        .filter(|line| !line.is_empty())
+        .collect();
+    lines.sort();
+    lines.dedup();
+    lines
+}
+
+#[test]
+fn the_cores_optional_parts_are_features_the_stores_leave_off() {
+    let has =
+        |tree: &[String], name: &str| tree.iter().any(|l| l.starts_with(&format!("{name} v")));
+    let bare = packages(&["-p", "idempotency-core", "--no-default-features"]);
+    let full = packages(&["-p", "idempotency-core"]);
+    println!(
+        "idempotency-core: {} packages bare, {} with its defaults",
+        bare.len(),
+        full.len()
+    );
+    for (feature, dependency) in FEATURES {
+        let with = packages(&[
+            "-p",
+            "idempotency-core",
+            "--no-default-features",
+            "--features",
+            feature,
+        ]);
+        println!(
+            "idempotency-core --features {feature}: {} packages",
+            with.len()
+        );
+        assert!(!has(&bare, dependency), "{dependency} without {feature}");
+        assert!(has(&with, dependency), "{feature} brings no {dependency}");
+    }
+    let stores = [
+        "idempotency-file-store",
+        "idempotency-redis-store",
+        "idempotency-postgres-store",
+    ];
+    for store in stores {
+        // Asked of the core's own features: a store's client may bring the same crates for
+        // itself (PostgreSQL's SCRAM brings `hmac`).
+        let core = cargo(&[
+            "tree",
+            "-p",
+            store,
+            "-e",
+            "normal,features",
+            "-i",
+            "idempotency-core",
+        ]);
+        for (feature, _) in FEATURES {
+            let on = format!("idempotency-core feature \"{feature}\"");
+            assert!(!core.contains(&on), "{store} turns on the core's {feature}");
+        }
+    }
+    // The check can see what it looks for: the proxy turns both on.
+    let proxy = cargo(&[
+        "tree",
+        "-p",
+        "idempotency-proxy",
+        "-e",
+        "normal,features",
+        "-i",
+        "idempotency-core",
+    ]);
+    for (feature, _) in FEATURES {
+        assert!(
+            proxy.contains(&format!("idempotency-core feature \"{feature}\"")),
+            "{feature}"
+        );
+    }
+}
+
 #[test]
 fn the_postgres_store_builds_on_the_core_and_the_connection_crate_only() {
     let (names, _) = normal_tree("idempotency-postgres-store");

@@ -14,6 +14,7 @@ mod clients;
 mod history;
 mod http;
 mod nemesis;
+mod outbox;
 mod postgres;
 mod prefill;
 mod process;
@@ -42,9 +43,12 @@ struct Cli {
 enum Command {
     /// Runs a campaign, then checks its histories.
     Run {
+        /// Keyed requests through proxies (`keys`), or an outbox relay's deliveries (`outbox`).
+        #[arg(long, value_enum, default_value = "keys")]
+        scenario: Scenario,
         #[arg(long, value_enum, default_value = "file")]
         store: StoreKind,
-        /// Proxy processes (the file store takes one only).
+        /// Proxy processes (the file store takes one only); relays, for `--scenario outbox`.
         #[arg(long, default_value_t = 1)]
         replicas: usize,
         /// Seconds of faults (the sweep after them takes longer).
@@ -66,10 +70,41 @@ enum Command {
     Check { dir: PathBuf },
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Scenario {
+    Keys,
+    Outbox,
+}
+
 fn main() -> ExitCode {
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     match Cli::parse().command {
         Command::Check { dir } => check(&dir),
+        Command::Run {
+            scenario: Scenario::Outbox,
+            replicas,
+            duration,
+            seed,
+            dir,
+            binary,
+            ..
+        } => {
+            let seed = seed.unwrap_or_else(clock_seed);
+            println!("chaos: seed {seed} (rerun with --scenario outbox --seed {seed})");
+            let settings = outbox::Settings {
+                relays: replicas.max(1),
+                duration: Duration::from_secs(duration),
+                seed,
+                dir: dir.clone(),
+                binary,
+            };
+            if let Err(e) = runtime.block_on(outbox::run(&settings)) {
+                eprintln!("chaos: {e}");
+                return ExitCode::from(2);
+            }
+            drop(runtime);
+            check(&dir)
+        }
         Command::Run {
             store,
             replicas,
@@ -78,6 +113,7 @@ fn main() -> ExitCode {
             clients,
             dir,
             binary,
+            scenario: Scenario::Keys,
         } => {
             if store == StoreKind::File && replicas != 1 {
                 eprintln!("chaos: the file store serves one proxy only (--replicas 1)");
@@ -111,6 +147,9 @@ fn main() -> ExitCode {
 }
 
 fn check(dir: &Path) -> ExitCode {
+    if outbox::is_outbox_run(dir) {
+        return check_outbox(dir);
+    }
     let input = match checker::Input::load(dir) {
         Ok(input) => input,
         Err(e) => {
@@ -121,6 +160,23 @@ fn check(dir: &Path) -> ExitCode {
     let tally = checker::check(&input);
     let last = checker::print(&input, &tally, dir);
     println!("{last}");
+    if tally.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn check_outbox(dir: &Path) -> ExitCode {
+    let input = match outbox::Input::load(dir) {
+        Ok(input) => input,
+        Err(e) => {
+            eprintln!("chaos: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let tally = outbox::check(&input);
+    println!("{}", outbox::report(&tally, dir));
     if tally.passed() {
         ExitCode::SUCCESS
     } else {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use idempotency_core::model::{CompletedRecord, Record, ScopedKey};
+use idempotency_core::backend::{CompletedRecord, Record, ScopedKey};
 use idempotency_file_store::FileStoreOptions;
 use idempotency_proxy::store::{FileStore, Reservation, Store};
 use idempotency_test_support::records;

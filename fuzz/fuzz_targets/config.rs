@@ -1,5 +1,8 @@
 #![no_main]
 
+#[path = "../../tests/fuzz/config.rs"]
+mod check;
+
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| idempotency_proxy::fuzzing::config(data));
+fuzz_target!(|data: &[u8]| check::config(data));

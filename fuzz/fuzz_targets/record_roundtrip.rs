@@ -1,5 +1,8 @@
 #![no_main]
 
+#[path = "../../crates/core/tests/fuzz/checks.rs"]
+mod checks;
+
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| idempotency_proxy::fuzzing::record_roundtrip(data));
+fuzz_target!(|data: &[u8]| checks::record_roundtrip(data));

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use axum::http::StatusCode;
 use percent_encoding::percent_decode_str;
 
-use idempotency_core::error::ProxyError;
+use idempotency_core::Problem;
 
 /// Dead deliveries listed when `limit` is not given, and the most one page may hold.
 const DEFAULT_PAGE: u16 = 100;
@@ -27,7 +27,7 @@ impl<Id> Page<Id> {
         query: Option<&str>,
         id: impl Fn(&str) -> Option<Id>,
         not_an_id: &'static str,
-    ) -> Result<Self, ProxyError> {
+    ) -> Result<Self, Problem> {
         let mut page = Page {
             limit: DEFAULT_PAGE,
             after: None,
@@ -37,13 +37,13 @@ impl<Id> Page<Id> {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             let value = percent_decode_str(value)
                 .decode_utf8()
-                .map_err(|_| ProxyError::BadRequest("the query must be UTF-8"))?;
+                .map_err(|_| Problem::BadRequest("the query must be UTF-8"))?;
             match name {
                 "limit" => {
                     let limit = value.parse().ok().filter(|l| (1..=MAX_PAGE).contains(l));
-                    page.limit = limit.ok_or(ProxyError::BadRequest("limit must be 1 to 1000"))?;
+                    page.limit = limit.ok_or(Problem::BadRequest("limit must be 1 to 1000"))?;
                 }
-                "after" => page.after = Some(id(&value).ok_or(ProxyError::BadRequest(not_an_id))?),
+                "after" => page.after = Some(id(&value).ok_or(Problem::BadRequest(not_an_id))?),
                 _ => {}
             }
         }
@@ -58,11 +58,11 @@ pub(super) fn rfc3339(at: SystemTime) -> String {
 
 /// `204` for a retry or delete that found its dead delivery; `404 no-delivery` for one that
 /// did not (never dead, delivered since, or deleted by someone else first).
-pub(super) fn done(found: bool) -> Result<StatusCode, ProxyError> {
+pub(super) fn done(found: bool) -> Result<StatusCode, Problem> {
     if found {
         Ok(StatusCode::NO_CONTENT)
     } else {
-        Err(ProxyError::NoDelivery)
+        Err(Problem::NoDelivery)
     }
 }
 
@@ -70,7 +70,7 @@ pub(super) fn done(found: bool) -> Result<StatusCode, ProxyError> {
 mod tests {
     use super::*;
 
-    fn page(query: &str) -> Result<Page<String>, ProxyError> {
+    fn page(query: &str) -> Result<Page<String>, Problem> {
         Page::parse(Some(query), |id| Some(id.to_owned()), "after must be an id")
     }
 
@@ -85,12 +85,12 @@ mod tests {
     #[test]
     fn refuses_a_limit_out_of_range_and_an_after_that_is_no_id() {
         for bad in ["limit=0", "limit=1001", "limit=ten", "limit=", "after=%FF"] {
-            assert!(matches!(page(bad), Err(ProxyError::BadRequest(_))), "{bad}");
+            assert!(matches!(page(bad), Err(Problem::BadRequest(_))), "{bad}");
         }
         let refused = Page::<String>::parse(Some("after=x"), |_| None, "after must be an id");
         assert_eq!(
             refused.unwrap_err(),
-            ProxyError::BadRequest("after must be an id")
+            Problem::BadRequest("after must be an id")
         );
     }
 }

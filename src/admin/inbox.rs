@@ -16,35 +16,35 @@ use serde_json::json;
 use super::dead::{done, rfc3339, Page};
 use super::{AdminState, AdminView};
 use crate::store::{Inbox, StoreError};
-use idempotency_core::error::ProxyError;
-use idempotency_core::idempotency::policy::RouteMode;
-use idempotency_core::model::{Delivery, DeliveryId, InboxQueues, RouteName};
+use idempotency_core::backend::{Delivery, DeliveryId, InboxQueues, RouteName};
+use idempotency_core::policy::RouteMode;
+use idempotency_core::Problem;
 
 /// The store failed; the operator gets `503 store-unavailable` and the log says why.
-fn unavailable(error: &StoreError) -> ProxyError {
+fn unavailable(error: &StoreError) -> Problem {
     tracing::warn!(error = %error, "admin: store unavailable");
-    ProxyError::StoreUnavailable
+    Problem::StoreUnavailable
 }
 
 /// The inbox of `route`, if it is an inbox route of the running config.
-fn inbox<'v>(view: &'v AdminView, route: &str) -> Result<(&'v dyn Inbox, RouteName), ProxyError> {
-    let policy = view.policies.get(route).ok_or(ProxyError::NoRoute)?;
+fn inbox<'v>(view: &'v AdminView, route: &str) -> Result<(&'v dyn Inbox, RouteName), Problem> {
+    let policy = view.policies.get(route).ok_or(Problem::NoRoute)?;
     if policy.mode != RouteMode::Inbox {
-        return Err(ProxyError::NoRoute);
+        return Err(Problem::NoRoute);
     }
-    let inbox = view.store.inbox().ok_or(ProxyError::NoRoute)?;
+    let inbox = view.store.inbox().ok_or(Problem::NoRoute)?;
     Ok((inbox, policy.route.clone()))
 }
 
 /// An id in a path: one that cannot be an id names no delivery.
-fn delivery_id(raw: &str) -> Result<DeliveryId, ProxyError> {
-    raw.parse().map_err(|_| ProxyError::NoDelivery)
+fn delivery_id(raw: &str) -> Result<DeliveryId, Problem> {
+    raw.parse().map_err(|_| Problem::NoDelivery)
 }
 
 pub(super) async fn queues(
     State(state): State<AdminState>,
     Path(route): Path<String>,
-) -> Result<Json<InboxQueues>, ProxyError> {
+) -> Result<Json<InboxQueues>, Problem> {
     let view = state.view.load_full();
     let (inbox, route) = inbox(&view, &route)?;
     let queues = inbox.queues(&route, SystemTime::now()).await;
@@ -55,7 +55,7 @@ pub(super) async fn dead(
     State(state): State<AdminState>,
     Path(route): Path<String>,
     uri: Uri,
-) -> Result<Json<serde_json::Value>, ProxyError> {
+) -> Result<Json<serde_json::Value>, Problem> {
     let view = state.view.load_full();
     let (inbox, route) = inbox(&view, &route)?;
     let id = |raw: &str| raw.parse().ok();
@@ -82,7 +82,7 @@ fn dead_view(delivery: &Delivery) -> serde_json::Value {
 pub(super) async fn retry(
     State(state): State<AdminState>,
     Path((route, id)): Path<(String, String)>,
-) -> Result<StatusCode, ProxyError> {
+) -> Result<StatusCode, Problem> {
     let view = state.view.load_full();
     let (inbox, route) = inbox(&view, &route)?;
     let id = delivery_id(&id)?;
@@ -95,7 +95,7 @@ pub(super) async fn retry(
 pub(super) async fn remove(
     State(state): State<AdminState>,
     Path((route, id)): Path<(String, String)>,
-) -> Result<StatusCode, ProxyError> {
+) -> Result<StatusCode, Problem> {
     let view = state.view.load_full();
     let (inbox, route) = inbox(&view, &route)?;
     let id = delivery_id(&id)?;

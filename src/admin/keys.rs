@@ -12,10 +12,10 @@ use serde_json::json;
 
 use super::{AdminState, AdminView};
 use crate::store::{Removal, Removed, StoreError};
-use idempotency_core::error::ProxyError;
-use idempotency_core::model::{
+use idempotency_core::backend::{
     ClientScope, Fingerprint, IdempotencyKey, Part, Record, ScopedKey, StoredBody,
 };
+use idempotency_core::Problem;
 
 /// The header carrying the raw value of a route's `scope_header` (e.g. the client's
 /// `Authorization`), so an operator can address that client's record. A header rather than a
@@ -23,14 +23,14 @@ use idempotency_core::model::{
 pub(crate) const SCOPE_HEADER: &str = "x-idempotency-scope";
 
 /// Why a key endpoint cannot do what was asked; the admin router renders it as problem+json.
-fn unavailable(error: &StoreError) -> ProxyError {
+fn unavailable(error: &StoreError) -> Problem {
     tracing::warn!(error = %error, "admin: store unavailable");
-    ProxyError::StoreUnavailable
+    Problem::StoreUnavailable
 }
 
 /// `?force=true` on `DELETE`: drop the record even while its request runs. Anything but
 /// `true` or `false` is refused rather than read as either.
-fn forced(query: Option<&str>) -> Result<bool, ProxyError> {
+fn forced(query: Option<&str>) -> Result<bool, Problem> {
     let pairs = query.unwrap_or_default().split('&');
     match pairs
         .filter_map(|pair| pair.strip_prefix("force="))
@@ -38,7 +38,7 @@ fn forced(query: Option<&str>) -> Result<bool, ProxyError> {
     {
         None | Some("false") => Ok(false),
         Some("true") => Ok(true),
-        Some(_) => Err(ProxyError::BadRequest("force must be true or false")),
+        Some(_) => Err(Problem::BadRequest("force must be true or false")),
     }
 }
 
@@ -47,8 +47,8 @@ fn scoped_key(
     route: &str,
     key: String,
     headers: &HeaderMap,
-) -> Result<ScopedKey, ProxyError> {
-    let policy = view.policies.get(route).ok_or(ProxyError::NoRoute)?;
+) -> Result<ScopedKey, Problem> {
+    let policy = view.policies.get(route).ok_or(Problem::NoRoute)?;
     let key = IdempotencyKey::new(key)?;
     let scope = policy
         .scope_header
@@ -62,11 +62,11 @@ pub(super) async fn inspect(
     State(state): State<AdminState>,
     Path((route, key)): Path<(String, String)>,
     headers: HeaderMap,
-) -> Result<Json<serde_json::Value>, ProxyError> {
+) -> Result<Json<serde_json::Value>, Problem> {
     let view = state.view.load_full();
     let key = scoped_key(&view, &route, key, &headers)?;
     let found = view.store.get(&key).await.map_err(|e| unavailable(&e))?;
-    let (record, expires_in) = found.ok_or(ProxyError::NoRecord)?;
+    let (record, expires_in) = found.ok_or(Problem::NoRecord)?;
     Ok(Json(record_view(&record, expires_in)))
 }
 
@@ -78,7 +78,7 @@ pub(super) async fn remove(
     Path((route, key)): Path<(String, String)>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-) -> Result<StatusCode, ProxyError> {
+) -> Result<StatusCode, Problem> {
     let force = forced(query.as_deref())?;
     let view = state.view.load_full();
     let key = scoped_key(&view, &route, key, &headers)?;
@@ -93,8 +93,8 @@ pub(super) async fn remove(
         .await
         .map_err(|e| unavailable(&e))?
     {
-        Removed::Missing => Err(ProxyError::NoRecord),
-        Removed::KeptInFlight => Err(ProxyError::RecordInFlight),
+        Removed::Missing => Err(Problem::NoRecord),
+        Removed::KeptInFlight => Err(Problem::RecordInFlight),
         Removed::Removed => {
             let (route, key) = (key.route(), key.log_id());
             tracing::info!(%route, %key, force, "record removed by an operator");

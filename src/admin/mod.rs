@@ -35,10 +35,10 @@ use crate::outbox::Outboxes;
 use crate::scraped::ScrapedGauges;
 use crate::status::Status;
 use crate::store::Store;
-use idempotency_core::error::ProxyError;
-use idempotency_core::idempotency::Policy;
-use idempotency_core::problem::ProblemBase;
-use idempotency_core::secret::Secret;
+use idempotency_core::Policy;
+use idempotency_core::Problem;
+use idempotency_core::ProblemBase;
+use idempotency_core::Secret;
 
 use batching::MetricsHandle;
 pub(crate) use recorder::metrics_handle;
@@ -140,7 +140,7 @@ async fn require_token(State(state): State<AdminState>, request: Request, next: 
     if given.is_some_and(|given| token.matches(given)) {
         return next.run(request).await;
     }
-    let mut refused = ProxyError::Unauthorized.into_response();
+    let mut refused = Problem::Unauthorized.into_response();
     refused
         .headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -164,7 +164,7 @@ async fn render_problems(
 async fn reload_config(State(state): State<AdminState>) -> Response {
     match state.reload.reload().await {
         Ok(digest) => Json(json!({ "digest": digest })).into_response(),
-        Err(e) => ProxyError::BadConfig(e.to_string()).into_response(),
+        Err(e) => Problem::BadConfig(e.to_string()).into_response(),
     }
 }
 

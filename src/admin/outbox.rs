@@ -14,29 +14,29 @@ use serde_json::json;
 
 use super::dead::{done, rfc3339, Page};
 use super::AdminState;
-use idempotency_core::error::ProxyError;
+use idempotency_core::Problem;
 use idempotency_outbox::{DeadRow, EventId, Outbox, OutboxCounts, OutboxError};
 
 /// The outbox named `name` in the config.
-fn outbox(state: &AdminState, name: &str) -> Result<Outbox, ProxyError> {
-    state.outboxes.get(name).ok_or(ProxyError::NoOutbox)
+fn outbox(state: &AdminState, name: &str) -> Result<Outbox, Problem> {
+    state.outboxes.get(name).ok_or(Problem::NoOutbox)
 }
 
 /// The database failed; the operator gets `503 outbox-unavailable` and the log says why.
-fn unavailable(outbox: &Outbox, error: &OutboxError) -> ProxyError {
+fn unavailable(outbox: &Outbox, error: &OutboxError) -> Problem {
     tracing::warn!(outbox = %outbox.name(), error = %error, "admin: outbox database unavailable");
-    ProxyError::OutboxUnavailable
+    Problem::OutboxUnavailable
 }
 
 /// An id in a path: one that cannot be an event's id names no dead row.
-fn event_id(raw: String) -> Result<EventId, ProxyError> {
-    EventId::new(raw).map_err(|_| ProxyError::NoDelivery)
+fn event_id(raw: String) -> Result<EventId, Problem> {
+    EventId::new(raw).map_err(|_| Problem::NoDelivery)
 }
 
 pub(super) async fn counts(
     State(state): State<AdminState>,
     Path(name): Path<String>,
-) -> Result<Json<OutboxCounts>, ProxyError> {
+) -> Result<Json<OutboxCounts>, Problem> {
     let outbox = outbox(&state, &name)?;
     let counts = outbox.counts().await;
     Ok(Json(counts.map_err(|e| unavailable(&outbox, &e))?))
@@ -46,7 +46,7 @@ pub(super) async fn dead(
     State(state): State<AdminState>,
     Path(name): Path<String>,
     uri: Uri,
-) -> Result<Json<serde_json::Value>, ProxyError> {
+) -> Result<Json<serde_json::Value>, Problem> {
     let outbox = outbox(&state, &name)?;
     let id = |raw: &str| EventId::new(raw).ok();
     let page = Page::parse(uri.query(), id, "after must be an event id")?;
@@ -55,7 +55,7 @@ pub(super) async fn dead(
     let dead = dead.map_err(|e| unavailable(&outbox, &e))?;
     // The row `after` named is gone (retried and delivered, or deleted): where the next page
     // starts is unknown, and an empty page would say the list ended.
-    let dead = dead.ok_or(ProxyError::BadRequest(
+    let dead = dead.ok_or(Problem::BadRequest(
         "after names no row of this outbox; list again from the start",
     ))?;
     Ok(Json(serde_json::Value::Array(
@@ -78,7 +78,7 @@ fn dead_view(row: &DeadRow) -> serde_json::Value {
 pub(super) async fn retry(
     State(state): State<AdminState>,
     Path((name, id)): Path<(String, String)>,
-) -> Result<StatusCode, ProxyError> {
+) -> Result<StatusCode, Problem> {
     let outbox = outbox(&state, &name)?;
     let id = event_id(id)?;
     let revived = outbox.retry_dead(id.as_str()).await;
@@ -90,7 +90,7 @@ pub(super) async fn retry(
 pub(super) async fn remove(
     State(state): State<AdminState>,
     Path((name, id)): Path<(String, String)>,
-) -> Result<StatusCode, ProxyError> {
+) -> Result<StatusCode, Problem> {
     let outbox = outbox(&state, &name)?;
     let id = event_id(id)?;
     let deleted = outbox.delete_dead(id.as_str()).await;

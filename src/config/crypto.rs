@@ -10,8 +10,8 @@ use super::file::VerifyTable;
 use super::source::Source;
 use super::values::duration;
 use crate::store::{SealingKey, SealingKeys};
-use idempotency_core::idempotency::verify::Verifier;
-use idempotency_core::secret::Secret;
+use idempotency_core::policy::Verifier;
+use idempotency_core::Secret;
 
 /// The sealing keys, if `encryption_key` is set; old keys without a current one are refused.
 pub(super) fn encryption(

@@ -337,7 +337,7 @@ fn a_grpc_route_refuses_json_fingerprints_and_unknown_grpc_codes() {
     );
     let settings = load_str("config.toml", &text, &Overrides::default()).unwrap();
     let policy = &settings.routes[0].policy;
-    assert_eq!(policy.protocol, idempotency_core::grpc::Protocol::Grpc);
+    assert_eq!(policy.protocol, idempotency_core::policy::Protocol::Grpc);
     assert!(policy.grpc_keyed_streams);
     assert_eq!(policy.grpc_release_on.len(), 2);
 }

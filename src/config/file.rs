@@ -10,12 +10,10 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use super::settings::LogFormat;
-use idempotency_core::grpc::Protocol;
-use idempotency_core::idempotency::policy::{
-    AmbiguousPolicy, ConcurrentPolicy, RouteMode, StoreErrorPolicy,
-};
-use idempotency_core::idempotency::verify::Scheme;
-use idempotency_core::units::ByteSize;
+use idempotency_core::policy::ByteSize;
+use idempotency_core::policy::Protocol;
+use idempotency_core::policy::Scheme;
+use idempotency_core::policy::{AmbiguousPolicy, ConcurrentPolicy, RouteMode, StoreErrorPolicy};
 
 /// The whole file. Every key is optional: a file may set only routes, or only defaults.
 #[derive(Debug, Default, Deserialize, Serialize)]

@@ -9,7 +9,7 @@ use super::file::{unspanned, PolicyTable};
 use super::source::Source;
 use super::values::{duration, status};
 use crate::inbox::policy::DeliveryPolicy;
-use idempotency_core::idempotency::policy::{Policy, RouteMode};
+use idempotency_core::{policy::RouteMode, Policy};
 
 /// Sets every inbox key the table names; the others keep their inherited value.
 pub(super) fn apply(

@@ -8,7 +8,7 @@ use http::StatusCode;
 
 use super::*;
 use crate::inbox::policy::DeliveryPolicy;
-use idempotency_core::idempotency::policy::RouteMode;
+use idempotency_core::policy::RouteMode;
 
 const UPSTREAM: &str = "upstream = \"http://127.0.0.1:9000\"\n";
 

@@ -6,7 +6,7 @@ use super::file::{unspanned, RawFile};
 use super::settings::Limits;
 use super::source::Source;
 use super::values;
-use idempotency_core::units::ByteSize;
+use idempotency_core::policy::ByteSize;
 
 /// The limits the file sets, the defaults for the others.
 pub(super) fn resolve(src: &Source, raw: &RawFile) -> Result<Limits, ConfigError> {

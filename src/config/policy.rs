@@ -11,11 +11,11 @@ use super::source::Source;
 use super::values::{duration, header, headers, method, optional_header, status};
 use crate::inbox::policy::DeliveryPolicy;
 use crate::tls::UpstreamTls;
-use idempotency_core::grpc::GrpcCode;
-use idempotency_core::idempotency::policy::{KeySource, Policy, PolicyError};
-use idempotency_core::model::jcs::JsonPointer;
-use idempotency_core::model::FingerprintBody;
-use idempotency_core::units::humane_duration;
+use idempotency_core::policy::FingerprintBody;
+use idempotency_core::policy::GrpcCode;
+use idempotency_core::policy::JsonPointer;
+use idempotency_core::proxy::humane_duration;
+use idempotency_core::{policy::KeySource, Policy, PolicyError};
 
 /// What a route inherits from `[defaults]` and may override: the idempotency layer's policy,
 /// and how the proxy serves the route.
@@ -49,7 +49,7 @@ pub(super) fn apply(
     // Zero is allowed here: it turns the local replay cache off.
     let cache = &mut inherited.replay_cache_ttl;
     src.set("replay_cache_ttl", &table.replay_cache_ttl, cache, |d| {
-        idempotency_core::units::humane_duration::parse(d)
+        idempotency_core::proxy::humane_duration::parse(d)
     })?;
     let idle = &mut inherited.upstream_idle_timeout;
     src.set(

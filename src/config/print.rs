@@ -7,9 +7,9 @@
 
 use super::file::{unspanned, FingerprintBodyMode, PolicyTable, RawFile, RouteHead, RouteTable};
 use super::settings::{RouteSettings, Settings};
-use idempotency_core::grpc::Protocol;
-use idempotency_core::idempotency::policy::{KeySource, Policy};
-use idempotency_core::model::FingerprintBody;
+use idempotency_core::policy::FingerprintBody;
+use idempotency_core::policy::Protocol;
+use idempotency_core::{policy::KeySource, Policy};
 use sha2::{Digest, Sha256};
 use toml::Spanned;
 

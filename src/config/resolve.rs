@@ -21,10 +21,10 @@ use super::source::Source;
 use super::values;
 use super::values::{host, path_prefix, socket_addr, upstream_uri};
 use crate::store::StoreSpec;
-use idempotency_core::idempotency::Policy;
-use idempotency_core::model::RouteName;
-use idempotency_core::problem::ProblemBase;
-use idempotency_core::secret::Secret;
+use idempotency_core::backend::RouteName;
+use idempotency_core::Policy;
+use idempotency_core::ProblemBase;
+use idempotency_core::Secret;
 
 /// Where the route named `default` was declared, for the duplicate-name message.
 fn origin(src: &Source, given: &Given) -> String {

@@ -10,10 +10,10 @@ pub use crate::logging::LogFormat;
 pub use crate::outbox::OutboxSettings;
 use crate::store::{PostgresSettings, SealingKeys, StoreSpec};
 use crate::tls::{ListenerTls, UpstreamTls};
-use idempotency_core::idempotency::Policy;
-use idempotency_core::problem::ProblemBase;
-use idempotency_core::secret::Secret;
-use idempotency_core::units::ByteSize;
+use idempotency_core::policy::ByteSize;
+use idempotency_core::Policy;
+use idempotency_core::ProblemBase;
+use idempotency_core::Secret;
 
 /// The listen address when neither the file nor `--listen` names one.
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080);

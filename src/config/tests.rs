@@ -7,12 +7,12 @@ use http::{HeaderName, Method, StatusCode};
 
 use super::*;
 use crate::store::StoreSpec;
-use idempotency_core::idempotency::policy::{AmbiguousPolicy, ConcurrentPolicy, KeySource};
-use idempotency_core::idempotency::Policy;
-use idempotency_core::model::jcs::JsonPointer;
-use idempotency_core::model::{FingerprintBody, RouteName};
-use idempotency_core::problem::ProblemBase;
-use idempotency_core::units::ByteSize;
+use idempotency_core::policy::ByteSize;
+use idempotency_core::policy::JsonPointer;
+use idempotency_core::policy::{AmbiguousPolicy, ConcurrentPolicy, KeySource};
+use idempotency_core::Policy;
+use idempotency_core::ProblemBase;
+use idempotency_core::{backend::RouteName, policy::FingerprintBody};
 
 fn load_text(text: &str) -> Result<Settings, ConfigError> {
     load_str("config.toml", text, &Overrides::default())
@@ -426,7 +426,7 @@ fn workers_default_to_one_per_cpu_and_are_printed() {
 fn a_value_the_policy_refuses_is_refused_in_the_builders_words_at_its_line() {
     let text = "upstream = \"http://127.0.0.1:9000\"\n[defaults]\nlease = \"0s\"\n";
     let refused = load_text(text).unwrap_err();
-    let builder = Policy::builder(RouteName::new("default").unwrap())
+    let builder = Policy::builder("default")
         .with_lease(std::time::Duration::ZERO)
         .build()
         .unwrap_err();

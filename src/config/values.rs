@@ -8,7 +8,7 @@ use std::time::Duration;
 use http::uri::{Authority, PathAndQuery};
 use http::{HeaderName, Method, StatusCode, Uri};
 
-use idempotency_core::units::humane_duration;
+use idempotency_core::proxy::humane_duration;
 
 /// A humane duration; zero is refused, as a zero lease, ttl or timeout would make every
 /// request fail or every record vanish at once.

@@ -15,8 +15,8 @@ use tokio::time::{timeout, Instant};
 use super::policy::DeliveryPolicy;
 use super::rate::Turn;
 use crate::upstream::{ClientTls, Ready, Upstream};
-use idempotency_core::error::BoxError;
-use idempotency_core::model::{AttemptFailure, Delivery};
+use idempotency_core::backend::{AttemptFailure, Delivery};
+use idempotency_core::BoxError;
 
 static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 static DELIVERY_ATTEMPT: HeaderName = HeaderName::from_static("delivery-attempt");
@@ -149,7 +149,7 @@ mod tests {
     use http::{HeaderMap, Method};
 
     use super::*;
-    use idempotency_core::model::{IdempotencyKey, RouteName, ScopedKey, StoredRequest};
+    use idempotency_core::backend::{IdempotencyKey, RouteName, ScopedKey, StoredRequest};
 
     #[test]
     fn the_request_is_the_stored_one_with_the_key_and_the_attempt() {

@@ -1,10 +1,10 @@
 //! When a failed delivery is tried again: the core's exponential backoff with full jitter
-//! (`idempotency_core::backoff`), between the route's `retry_initial` and `retry_max`.
+//! (`idempotency_core::proxy::backoff`), between the route's `retry_initial` and `retry_max`.
 
 use std::time::Duration;
 
-pub(crate) use idempotency_core::backoff::random_sample;
-use idempotency_core::backoff::Backoff;
+pub(crate) use idempotency_core::proxy::backoff::random_sample;
+use idempotency_core::proxy::backoff::Backoff;
 
 use super::policy::DeliveryPolicy;
 

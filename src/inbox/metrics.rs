@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::logging::DELIVERY_LINE_TARGET;
-use idempotency_core::model::{InboxQueues, RouteName};
+use idempotency_core::backend::{InboxQueues, RouteName};
 
 const ATTEMPTS_TOTAL: &str = "idempotency_inbox_attempts_total";
 const PENDING: &str = "idempotency_inbox_pending";

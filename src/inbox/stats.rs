@@ -11,7 +11,7 @@ use super::metrics::QueueGauges;
 use crate::scraped::GaugeSource;
 use crate::status::InboxStats;
 use crate::store::{Store, StoreError};
-use idempotency_core::model::{InboxQueues, RouteName};
+use idempotency_core::backend::{InboxQueues, RouteName};
 
 /// Reads one route's queues from the store.
 #[derive(Debug)]

@@ -20,7 +20,7 @@ use tokio_util::task::TaskTracker;
 use super::metrics::InboxMetrics;
 use super::rate::DeliverRate;
 use super::worker::{RouteInbox, Worker};
-use idempotency_core::model::RouteName;
+use idempotency_core::backend::RouteName;
 
 /// Every inbox route's worker.
 #[derive(Debug)]

@@ -21,7 +21,7 @@ use super::policy::DeliveryPolicy;
 use super::rate::{DeliverRate, Reservation, Turn};
 use crate::store::{Claim, Fenced, Settlement, Store, StoreError};
 use crate::upstream::Upstream;
-use idempotency_core::model::{AttemptFailure, Delivery, RouteName};
+use idempotency_core::backend::{AttemptFailure, Delivery, RouteName};
 
 /// How often the store is asked for due deliveries when nothing wakes the worker sooner.
 const POLL: Duration = Duration::from_millis(250);
@@ -202,7 +202,7 @@ mod tests {
     use http::{HeaderMap, Method, StatusCode};
 
     use super::*;
-    use idempotency_core::model::{IdempotencyKey, ScopedKey, StoredRequest};
+    use idempotency_core::backend::{IdempotencyKey, ScopedKey, StoredRequest};
 
     fn delivery(attempts: u32, age: Duration, now: SystemTime) -> Delivery {
         let key = IdempotencyKey::new("k").unwrap();

@@ -21,7 +21,7 @@
 //! upstream, its idle time-out or its certificates, and the old pool's idle connections close
 //! once the last request of the old generation is done with them.
 
-use idempotency_core::grpc::Protocol;
+use idempotency_core::policy::Protocol;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,9 +38,9 @@ use crate::server::{App, Slots};
 use crate::store::{CachingStore, ReplayCache, SealedStore, Store, StoreSpec};
 use crate::telemetry::RouteTelemetry;
 use crate::upstream::{stored_headers, PoolSettings, Upstream};
-use idempotency_core::idempotency::policy::RouteMode;
-use idempotency_core::idempotency::{IdempotencyLayer, InboxHook};
-use idempotency_core::problem::ProblemLayer;
+use idempotency_core::policy::RouteMode;
+use idempotency_core::ProblemLayer;
+use idempotency_core::{proxy::InboxHook, IdempotencyLayer};
 
 /// The bytes of completed records a proxy keeps in memory for replays.
 const REPLAY_CACHE_BUDGET: usize = 8 * 1024 * 1024;
@@ -102,7 +102,8 @@ pub(super) fn build(settings: &Settings, kept: &Kept) -> Generation {
         let cached = cached(settings, &store, &kept.cache, route);
         let layer = IdempotencyLayer::builder(cached, route.policy.clone())
             .with_task_tracker(kept.executions.clone())
-            .with_observer(RouteTelemetry::new(&route.policy.route));
+            .with_observer(RouteTelemetry::new(&route.policy.route))
+            .with_problem_base(settings.problem_base.clone());
         let layer = if route.policy.mode == RouteMode::Inbox {
             inboxes.push(RouteInbox {
                 route: route.policy.route.clone(),
@@ -117,8 +118,8 @@ pub(super) fn build(settings: &Settings, kept: &Kept) -> Generation {
             layer
         };
         // The config loader validated every policy, and `servable` refused an inbox route on a
-        // store without queues before any generation is built: a refusal here is a bug.
-        let layer = layer.build().expect("a policy the config loader accepted");
+        // store without queues before any generation is built, so `build` cannot panic.
+        let layer = layer.build();
         Route {
             path_prefix: route.path_prefix.clone(),
             host: route.host.clone(),

@@ -32,7 +32,7 @@ use crate::status::{ConfigSummary, Status};
 use crate::store::{self, MemoryStore, Store, StoreError, StoreSpec};
 use crate::tls::TlsListener;
 use generation::Kept;
-use idempotency_core::idempotency::policy::RouteMode;
+use idempotency_core::policy::RouteMode;
 pub use reload::ReloadState;
 use reload::Reloads;
 

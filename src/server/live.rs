@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 
 use crate::config::Limits;
 use crate::router::Router;
-use idempotency_core::problem::ProblemLayer;
+use idempotency_core::ProblemLayer;
 
 /// What the server serves: the routes, how problems are rendered, what a client may cost.
 #[derive(Debug, Clone)]

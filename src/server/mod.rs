@@ -45,7 +45,7 @@ use crate::tls::TlsListener;
 use crate::upstream::{ClientAddr, ClientTls};
 use closing::{Closing, DrainSignal, IdleLimit};
 use head_timer::HeadTimer;
-use idempotency_core::error::ProxyError;
+use idempotency_core::Problem;
 pub(crate) use live::{App, LiveApp};
 use opening::{opening, Protocol};
 use slots::Slot;
@@ -353,7 +353,7 @@ impl Peer {
 /// as nothing that follows on it can be trusted to start where the client meant.
 fn refuse<B>(reason: &'static str, request: &Request<B>, peer: SocketAddr) -> Response<Body> {
     tracing::warn!(%peer, reason, "refused an ambiguously framed request");
-    let mut response = router::refusal(request, ProxyError::BadRequest(reason));
+    let mut response = router::refusal(request, Problem::BadRequest(reason));
     if request.version() < Version::HTTP_2 {
         response
             .headers_mut()

@@ -14,8 +14,8 @@ use super::decisions::{Decision, DecisionRing};
 use super::latency::LatencySamples;
 use super::rates::{SecondCounts, SHOWN_SECONDS};
 use crate::thread_slot::PerThread;
-use idempotency_core::model::{now_millis, RouteName};
-use idempotency_core::outcome::{RequestOutcome, OUTCOMES};
+use idempotency_core::backend::{now_millis, RouteName};
+use idempotency_core::observe::{Outcome, OUTCOMES};
 
 /// What one route did lately; see the module docs for what recording costs.
 ///
@@ -57,7 +57,7 @@ impl RouteActivity {
     /// `grpc_status`: on a gRPC route, the call's status where it is known.
     pub fn request_finished(
         &self,
-        outcome: RequestOutcome,
+        outcome: Outcome,
         status: u16,
         grpc_status: Option<u32>,
         key_id: Option<&str>,
@@ -81,7 +81,7 @@ impl RouteActivity {
         self.threads.mine().in_flight.fetch_add(by, Relaxed);
     }
 
-    pub(crate) fn total(&self, outcome: RequestOutcome) -> u64 {
+    pub(crate) fn total(&self, outcome: Outcome) -> u64 {
         let each = self.threads.all();
         each.map(|t| t.totals[outcome as usize].load(Relaxed)).sum()
     }
@@ -92,7 +92,7 @@ impl RouteActivity {
 
     /// The counts of `outcome` for the whole seconds before `now_second`, oldest first (see
     /// [`SecondCounts::series`]).
-    pub(crate) fn series(&self, now_second: u64, outcome: RequestOutcome) -> [u64; SHOWN_SECONDS] {
+    pub(crate) fn series(&self, now_second: u64, outcome: Outcome) -> [u64; SHOWN_SECONDS] {
         let mut sum = [0; SHOWN_SECONDS];
         for thread in self.threads.all() {
             let series = thread.per_second.series(now_second, outcome);
@@ -135,19 +135,16 @@ mod tests {
     #[test]
     fn a_finished_request_is_counted_and_kept() {
         let activity = RouteActivity::default();
-        activity.request_finished(RequestOutcome::Mismatch, 422, None, Some("0a1b2c3d4e5f"));
-        assert_eq!(activity.total(RequestOutcome::Mismatch), 1);
-        assert_eq!(activity.total(RequestOutcome::Forwarded), 0);
+        activity.request_finished(Outcome::Mismatch, 422, None, Some("0a1b2c3d4e5f"));
+        assert_eq!(activity.total(Outcome::Mismatch), 1);
+        assert_eq!(activity.total(Outcome::Forwarded), 0);
         let mut kept = Vec::new();
         activity.copy_decisions(&mut kept);
         assert_eq!(kept.len(), 1);
-        assert_eq!(
-            (kept[0].outcome, kept[0].status),
-            (RequestOutcome::Mismatch, 422)
-        );
+        assert_eq!((kept[0].outcome, kept[0].status), (Outcome::Mismatch, 422));
         assert_eq!(kept[0].key_id(), Some("0a1b2c3d4e5f"));
         let now_second = now_millis() / 1000 + 1;
-        let series = activity.series(now_second, RequestOutcome::Mismatch);
+        let series = activity.series(now_second, Outcome::Mismatch);
         assert_eq!(series.iter().sum::<u64>(), 1);
     }
 
@@ -158,20 +155,20 @@ mod tests {
             for _ in 0..2 * SLOTS {
                 scope.spawn(|| {
                     activity.in_flight_moved(2);
-                    activity.request_finished(RequestOutcome::Forwarded, 201, None, None);
+                    activity.request_finished(Outcome::Forwarded, 201, None, None);
                     activity.store_operation(Duration::from_millis(3));
                     activity.in_flight_moved(-1);
                 });
             }
         });
         let threads = 2 * SLOTS;
-        assert_eq!(activity.total(RequestOutcome::Forwarded), threads as u64);
+        assert_eq!(activity.total(Outcome::Forwarded), threads as u64);
         assert_eq!(activity.in_flight(), threads as i64);
         let mut kept = Vec::new();
         activity.copy_decisions(&mut kept);
         assert_eq!(kept.len(), threads);
         let now_second = now_millis() / 1000 + 1;
-        let series = activity.series(now_second, RequestOutcome::Forwarded);
+        let series = activity.series(now_second, Outcome::Forwarded);
         assert_eq!(series.iter().sum::<u64>(), threads as u64);
         let mut micros = Vec::new();
         activity.recent_store_micros(now_second, &mut micros);

@@ -5,7 +5,7 @@
 
 use std::sync::Mutex;
 
-use idempotency_core::outcome::RequestOutcome;
+use idempotency_core::observe::Outcome;
 
 /// How many decisions each route keeps; the page shows this many across all routes.
 pub(crate) const KEPT_DECISIONS: usize = 100;
@@ -18,7 +18,7 @@ const KEY_ID_LEN: usize = 16;
 pub(crate) struct Decision {
     /// When it finished, in milliseconds since the Unix epoch.
     pub(crate) at_ms: u64,
-    pub(crate) outcome: RequestOutcome,
+    pub(crate) outcome: Outcome,
     pub(crate) status: u16,
     /// On a gRPC route, the call's status where it is known (0 to 16, or whatever the
     /// upstream said, cut to a byte).
@@ -28,12 +28,7 @@ pub(crate) struct Decision {
 }
 
 impl Decision {
-    pub(crate) fn new(
-        at_ms: u64,
-        outcome: RequestOutcome,
-        status: u16,
-        key_id: Option<&str>,
-    ) -> Self {
+    pub(crate) fn new(at_ms: u64, outcome: Outcome, status: u16, key_id: Option<&str>) -> Self {
         let mut kept = [0; KEY_ID_LEN];
         // Only ASCII is kept, so the cut can never split a character.
         let id = key_id.map_or(&[][..], str::as_bytes);
@@ -120,7 +115,7 @@ mod tests {
     fn keeps_the_last_hundred() {
         let ring = DecisionRing::default();
         for at in 0..250 {
-            ring.push(Decision::new(at, RequestOutcome::Forwarded, 201, None));
+            ring.push(Decision::new(at, Outcome::Forwarded, 201, None));
         }
         let mut kept = Vec::new();
         ring.copy_into(&mut kept);
@@ -131,22 +126,17 @@ mod tests {
 
     #[test]
     fn keeps_a_key_id_and_cuts_a_long_one() {
-        let short = Decision::new(1, RequestOutcome::Replayed, 200, Some("0a1b2c3d4e5f"));
+        let short = Decision::new(1, Outcome::Replayed, 200, Some("0a1b2c3d4e5f"));
         assert_eq!(short.key_id(), Some("0a1b2c3d4e5f"));
-        let long = Decision::new(
-            1,
-            RequestOutcome::Replayed,
-            200,
-            Some("0123456789abcdefXYZ"),
-        );
+        let long = Decision::new(1, Outcome::Replayed, 200, Some("0123456789abcdefXYZ"));
         assert_eq!(long.key_id(), Some("0123456789abcdef"));
-        let none = Decision::new(1, RequestOutcome::Bypassed, 200, None);
+        let none = Decision::new(1, Outcome::Bypassed, 200, None);
         assert_eq!(none.key_id(), None);
     }
 
     #[test]
     fn a_non_ascii_id_is_cut_before_the_first_non_ascii_byte() {
-        let odd = Decision::new(1, RequestOutcome::Replayed, 200, Some("ab\u{e9}cd"));
+        let odd = Decision::new(1, Outcome::Replayed, 200, Some("ab\u{e9}cd"));
         assert_eq!(odd.key_id(), Some("ab"));
     }
 }

@@ -21,8 +21,8 @@ use async_trait::async_trait;
 
 use crate::store::StoreError;
 use activity::RouteActivity;
-pub use idempotency_core::model::InboxQueues;
-use idempotency_core::model::{now_millis, RouteName};
+pub use idempotency_core::backend::InboxQueues;
+use idempotency_core::backend::{now_millis, RouteName};
 use idempotency_outbox::{OutboxCounts, OutboxName};
 
 /// The running proxy as its status page describes it. A [`Proxy`](crate::Proxy) has one

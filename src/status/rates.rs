@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use idempotency_core::outcome::{RequestOutcome, OUTCOMES};
+use idempotency_core::observe::{Outcome, OUTCOMES};
 
 /// The seconds the page plots.
 pub(crate) const SHOWN_SECONDS: usize = 60;
@@ -41,7 +41,7 @@ fn slot_of(second: u64) -> usize {
 
 impl SecondCounts {
     /// Counts one request with `outcome` that finished in `second` (since the Unix epoch).
-    pub(crate) fn add(&self, second: u64, outcome: RequestOutcome) {
+    pub(crate) fn add(&self, second: u64, outcome: Outcome) {
         let slot = &self.slots[slot_of(second)][outcome as usize];
         let tag = tag(second);
         let _ = slot.fetch_update(Relaxed, Relaxed, |held| {
@@ -55,7 +55,7 @@ impl SecondCounts {
 
     /// The counts of `outcome` for the [`SHOWN_SECONDS`] whole seconds before `now_second`,
     /// oldest first. The second under way is left out: it would always look like a dip.
-    pub(crate) fn series(&self, now_second: u64, outcome: RequestOutcome) -> [u64; SHOWN_SECONDS] {
+    pub(crate) fn series(&self, now_second: u64, outcome: Outcome) -> [u64; SHOWN_SECONDS] {
         let first = now_second.saturating_sub(SHOWN_SECONDS as u64);
         std::array::from_fn(|i| {
             let second = first + i as u64;
@@ -78,13 +78,13 @@ mod tests {
         let counts = SecondCounts::default();
         let now = 1_700_000_000;
         for _ in 0..3 {
-            counts.add(now - 1, RequestOutcome::Forwarded);
+            counts.add(now - 1, Outcome::Forwarded);
         }
-        counts.add(now - 60, RequestOutcome::Forwarded);
-        counts.add(now - 61, RequestOutcome::Forwarded);
-        counts.add(now - 2, RequestOutcome::Replayed);
-        counts.add(now, RequestOutcome::Forwarded);
-        let forwarded = counts.series(now, RequestOutcome::Forwarded);
+        counts.add(now - 60, Outcome::Forwarded);
+        counts.add(now - 61, Outcome::Forwarded);
+        counts.add(now - 2, Outcome::Replayed);
+        counts.add(now, Outcome::Forwarded);
+        let forwarded = counts.series(now, Outcome::Forwarded);
         assert_eq!(forwarded[SHOWN_SECONDS - 1], 3, "the last whole second");
         assert_eq!(forwarded[0], 1, "sixty seconds ago is still shown");
         assert_eq!(
@@ -92,7 +92,7 @@ mod tests {
             4,
             "not the second under way nor 61s ago"
         );
-        let replayed = counts.series(now, RequestOutcome::Replayed);
+        let replayed = counts.series(now, Outcome::Replayed);
         assert_eq!(replayed[SHOWN_SECONDS - 2], 1);
     }
 
@@ -100,9 +100,9 @@ mod tests {
     fn a_slot_reused_a_minute_later_starts_again() {
         let counts = SecondCounts::default();
         let now = 1_700_000_000;
-        counts.add(now - SLOTS as u64, RequestOutcome::Conflict);
-        counts.add(now, RequestOutcome::Conflict);
-        let later = counts.series(now + 1, RequestOutcome::Conflict);
+        counts.add(now - SLOTS as u64, Outcome::Conflict);
+        counts.add(now, Outcome::Conflict);
+        let later = counts.series(now + 1, Outcome::Conflict);
         assert_eq!(
             later[SHOWN_SECONDS - 1],
             1,
@@ -119,7 +119,7 @@ mod tests {
                 let counts = counts.clone();
                 std::thread::spawn(move || {
                     for _ in 0..10_000 {
-                        counts.add(now - 1, RequestOutcome::Forwarded);
+                        counts.add(now - 1, Outcome::Forwarded);
                     }
                 })
             })
@@ -127,7 +127,7 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        let series = counts.series(now, RequestOutcome::Forwarded);
+        let series = counts.series(now, Outcome::Forwarded);
         assert_eq!(series[SHOWN_SECONDS - 1], 40_000);
     }
 }

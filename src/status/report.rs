@@ -15,8 +15,8 @@ use super::decisions::{Decision, KEPT_DECISIONS};
 use super::latency::{quantile, LATENCY_WINDOW};
 use super::{InboxQueues, Reload, Status};
 use crate::store::Store;
-use idempotency_core::model::{now_millis, RouteName};
-use idempotency_core::outcome::{RequestOutcome, OUTCOMES};
+use idempotency_core::backend::{now_millis, RouteName};
+use idempotency_core::observe::{Outcome, OUTCOMES};
 use idempotency_outbox::OutboxCounts;
 
 /// How long the page waits for the store's ping, an inbox's queues or an outbox's counts
@@ -142,7 +142,7 @@ impl Status {
                 digest: running.digest,
                 last_reload: running.last_reload.map(reload_report),
             },
-            outcomes: OUTCOMES.map(RequestOutcome::as_str),
+            outcomes: OUTCOMES.map(Outcome::as_str),
             routes,
             outboxes: self.outbox_reports().await,
             decisions: last_decisions(&running.routes),
@@ -213,8 +213,8 @@ impl Status {
             .iter()
             .map(|&o| (o.as_str(), activity.series(now_second, o).to_vec()));
         let (forwarded, replayed) = (
-            activity.total(RequestOutcome::Forwarded),
-            activity.total(RequestOutcome::Replayed),
+            activity.total(Outcome::Forwarded),
+            activity.total(Outcome::Replayed),
         );
         #[allow(clippy::cast_precision_loss)]
         let replay_ratio =

@@ -9,8 +9,8 @@ use super::{InboxQueues, InboxStats, OutboxStats, Status};
 use crate::config::{load_str, Overrides, Settings};
 use crate::proxy::summary;
 use crate::store::{MemoryStore, StoreError};
-use idempotency_core::model::RouteName;
-use idempotency_core::outcome::RequestOutcome;
+use idempotency_core::backend::RouteName;
+use idempotency_core::observe::Outcome;
 use idempotency_outbox::{OutboxCounts, OutboxName};
 
 fn settings(toml: &str) -> Settings {
@@ -180,11 +180,11 @@ async fn counts_decisions_and_the_replay_ratio() {
     let toml = TWO_ROUTES.replace("status-payments", "status-counted");
     let status = Status::new(summary(&settings(&toml)));
     let activity = super::RouteActivity::of(&RouteName::new("status-counted").unwrap());
-    activity.request_finished(RequestOutcome::Forwarded, 201, None, Some("aaaaaaaaaaaa"));
+    activity.request_finished(Outcome::Forwarded, 201, None, Some("aaaaaaaaaaaa"));
     for _ in 0..3 {
-        activity.request_finished(RequestOutcome::Replayed, 201, None, Some("aaaaaaaaaaaa"));
+        activity.request_finished(Outcome::Replayed, 201, None, Some("aaaaaaaaaaaa"));
     }
-    activity.request_finished(RequestOutcome::Conflict, 409, None, Some("bbbbbbbbbbbb"));
+    activity.request_finished(Outcome::Conflict, 409, None, Some("bbbbbbbbbbbb"));
     let json = report_json(&status).await;
     let route = &json["routes"][0];
     assert_eq!(route["totals"]["replayed"], 3);

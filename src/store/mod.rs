@@ -8,7 +8,11 @@ use std::sync::Arc;
 mod postgres;
 mod spec;
 
-pub use idempotency_core::store::*;
+pub use idempotency_core::backend::{
+    Acceptance, CachingStore, Claim, Fenced, Inbox, Removal, Removed, ReplayCache, Reservation,
+    SealedStore, SealingKey, SealingKeys, Settlement,
+};
+pub use idempotency_core::{MemoryStore, Store, StoreError};
 pub use idempotency_file_store::FileStore;
 pub use idempotency_redis_store::{RedisClusterStore, RedisConnection, RedisStore, DEFAULT_PREFIX};
 pub use postgres::{DatabaseCa, PostgresSettings, PostgresStore};

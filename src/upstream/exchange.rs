@@ -19,8 +19,8 @@ use super::body::{Lease, UpstreamBody};
 use super::pool::{Pool, PooledConnection};
 use super::transport::Address;
 use crate::tls;
-use idempotency_core::error::BoxError;
-use idempotency_core::error::RequestNotSent;
+use idempotency_core::BoxError;
+use idempotency_core::RequestNotSent;
 
 /// Why an exchange gave no answer.
 pub(super) enum Failure {

@@ -38,9 +38,9 @@ pub(crate) use body::UpstreamBody;
 pub(crate) use pool::PoolSettings;
 pub(crate) use ready::Ready;
 
-use idempotency_core::error::BoxError;
-use idempotency_core::error::RequestNotSent;
-use idempotency_core::headers::strip_hop_by_hop;
+use idempotency_core::proxy::strip_hop_by_hop;
+use idempotency_core::BoxError;
+use idempotency_core::RequestNotSent;
 use multiplexed::Multiplexed;
 use pool::Pool;
 use transport::Address;

@@ -18,7 +18,7 @@ use tokio::sync::Mutex;
 use super::body::UpstreamBody;
 use super::transport::{self, Address, UpstreamIo};
 use crate::tls;
-use idempotency_core::error::{BoxError, RequestNotSent};
+use idempotency_core::{BoxError, RequestNotSent};
 
 /// The one connection of a gRPC route, opened on first use and again after it closes.
 #[derive(Debug)]

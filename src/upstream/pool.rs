@@ -26,7 +26,7 @@ use hyper_util::rt::TokioIo;
 
 use super::transport::{self, Address, CloseCheck, UpstreamIo};
 use crate::thread_slot::PerThread;
-use idempotency_core::error::BoxError;
+use idempotency_core::BoxError;
 
 /// How a route keeps connections to its upstream (`upstream_idle_timeout`, docs/reference.md#upstream-connections).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,8 +11,8 @@ use tower::Service;
 use super::exchange;
 use super::pool::PooledConnection;
 use super::{Upstream, UpstreamBody};
-use idempotency_core::error::{BoxError, RequestNotSent};
-use idempotency_core::headers::strip_hop_by_hop;
+use idempotency_core::proxy::strip_hop_by_hop;
+use idempotency_core::{BoxError, RequestNotSent};
 
 /// A request with its connection, ready to be sent.
 pub(crate) struct Ready {

@@ -8,24 +8,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use axum::{routing::post, Router};
-use idempotency_core::model::RouteName;
-use idempotency_core::store::MemoryStore;
-use idempotency_core::{IdempotencyLayer, Policy, ProblemLayer};
+use idempotency_core::MemoryStore;
+use idempotency_core::{IdempotencyLayer, Policy};
 
 /// The service: charges are numbered, so a replay shows the number of the first run.
 pub fn app() -> Router {
     let charges = Arc::new(AtomicU64::new(0));
     let charge =
         move || async move { format!("charge {}", charges.fetch_add(1, Ordering::SeqCst) + 1) };
-    let policy = Policy::builder(RouteName::new("charges").unwrap())
+    let policy = Policy::builder("charges")
         .with_require_key(true)
         .build()
         .expect("a valid policy");
-    let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()), policy);
     Router::new()
         .route("/v1/charges", post(charge))
-        .layer(layer.expect("a layer can serve a proxy-mode policy"))
-        .layer(ProblemLayer::default())
+        .layer(IdempotencyLayer::new(Arc::new(MemoryStore::new()), policy))
 }
 
 #[tokio::main]

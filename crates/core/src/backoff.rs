@@ -23,7 +23,7 @@ impl Backoff {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use idempotency_core::backoff::Backoff;
+    /// use idempotency_core::proxy::backoff::Backoff;
     ///
     /// let backoff = Backoff { initial: Duration::from_secs(1), max: Duration::from_secs(5) };
     /// assert_eq!(backoff.ceiling(3), Duration::from_secs(4));
@@ -46,7 +46,7 @@ impl Backoff {
 }
 
 /// A wait drawn from `[0, ceiling]` by `sample`, a uniformly random 64-bit number.
-pub fn full_jitter(ceiling: Duration, sample: u64) -> Duration {
+pub(crate) fn full_jitter(ceiling: Duration, sample: u64) -> Duration {
     let fraction = sample as f64 / u64::MAX as f64;
     ceiling.mul_f64(fraction)
 }

@@ -1,7 +1,7 @@
 //! Everything the proxy answers by itself (docs/reference.md#problems), as one error enum with one table of
 //! what each is called, and the one place that reads an upstream failure into one of them.
 //!
-//! An error becomes a response in two steps. Where it happens, [`ProxyError::into_response`]
+//! An error becomes a response in two steps. Where it happens, [`Problem::into_response`]
 //! makes a response that carries the error as an extension and has no body yet; the outermost
 //! layer, [`ProblemLayer`](crate::ProblemLayer), renders every such response as
 //! `application/problem+json` with the configured problem base. So no code on the request path
@@ -28,7 +28,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Everything the proxy answers by itself.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ProxyError {
+pub enum Problem {
     /// The route requires a key and the request has none.
     #[error("this route requires an idempotency key")]
     MissingKey,
@@ -126,7 +126,7 @@ const fn meta(status: StatusCode, kind: &'static str, title: &'static str) -> Pr
     }
 }
 
-impl ProxyError {
+impl Problem {
     /// The one table of what each error is called.
     pub fn meta(&self) -> ProblemMeta {
         use StatusCode as S;
@@ -186,7 +186,7 @@ impl ProxyError {
 
     /// One error of each kind: what a catalogue of the proxy's answers (the reference's table
     /// of problem types) is checked against.
-    pub fn one_of_each() -> Vec<ProxyError> {
+    pub fn one_of_each() -> Vec<Problem> {
         let all = vec![
             Self::MissingKey,
             Self::InvalidKey(KeyError::Empty),
@@ -288,9 +288,9 @@ impl ProxyError {
     }
 }
 
-impl axum_core::response::IntoResponse for ProxyError {
+impl axum_core::response::IntoResponse for Problem {
     fn into_response(self) -> Response<Body> {
-        ProxyError::into_response(self)
+        Problem::into_response(self)
     }
 }
 
@@ -367,16 +367,16 @@ impl UpstreamFailure {
     }
 
     /// What the client is answered.
-    pub fn problem(self) -> ProxyError {
+    pub fn problem(self) -> Problem {
         match self {
-            Self::NotSent | Self::AfterSend => ProxyError::UpstreamUnavailable,
-            Self::ClientBody => ProxyError::UnreadableBody,
+            Self::NotSent | Self::AfterSend => Problem::UpstreamUnavailable,
+            Self::ClientBody => Problem::UnreadableBody,
         }
     }
 }
 
 /// The answer to a request whose upstream call failed, carrying the error as its cause.
-pub fn rescue(error: &BoxError) -> Response<Body> {
+pub(crate) fn rescue(error: &BoxError) -> Response<Body> {
     let mut response = UpstreamFailure::of(error.as_ref())
         .problem()
         .into_response();
@@ -391,7 +391,7 @@ mod tests {
     #[test]
     fn each_problem_type_has_one_status_and_title_and_stored_ones_read_back() {
         let mut named = std::collections::HashMap::new();
-        for error in ProxyError::one_of_each() {
+        for error in Problem::one_of_each() {
             let meta = error.meta();
             assert!(meta.status.is_client_error() || meta.status.is_server_error());
             // Two kinds of error may share a type (a running request's record, refused on the
@@ -401,10 +401,10 @@ mod tests {
                 first.is_none_or(|first| first == (meta.status, meta.title)),
                 "{error:?}"
             );
-            let stored = ProxyError::stored(error.problem_type());
+            let stored = Problem::stored(error.problem_type());
             let storable = matches!(
                 error,
-                ProxyError::UpstreamUnavailable | ProxyError::UpstreamTimeout
+                Problem::UpstreamUnavailable | Problem::UpstreamTimeout
             );
             assert_eq!(stored.is_some(), storable, "{error:?}");
         }
@@ -412,19 +412,19 @@ mod tests {
 
     #[test]
     fn every_error_has_its_line_in_the_grpc_table() {
-        for error in ProxyError::one_of_each() {
+        for error in Problem::one_of_each() {
             assert_ne!(error.grpc_code(), GrpcCode::INTERNAL, "{error:?}");
         }
     }
 
     #[test]
     fn an_error_travels_on_its_response_until_rendered() {
-        let reused = ProxyError::KeyReused {
+        let reused = Problem::KeyReused {
             differs: vec![Part::Body],
         };
         let response = reused.clone().into_response();
         assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
-        assert_eq!(response.extensions().get::<ProxyError>(), Some(&reused));
+        assert_eq!(response.extensions().get::<Problem>(), Some(&reused));
     }
 
     #[test]

@@ -77,7 +77,7 @@ pub(crate) static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-messa
 static GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 
 /// The call's status: in the trailers, or in the headers of a trailers-only answer.
-pub fn status_of(headers: &HeaderMap, trailers: Option<&HeaderMap>) -> Option<GrpcCode> {
+pub(crate) fn status_of(headers: &HeaderMap, trailers: Option<&HeaderMap>) -> Option<GrpcCode> {
     let value = trailers
         .and_then(|t| t.get(&GRPC_STATUS))
         .or_else(|| headers.get(&GRPC_STATUS))?;
@@ -86,7 +86,7 @@ pub fn status_of(headers: &HeaderMap, trailers: Option<&HeaderMap>) -> Option<Gr
 
 /// The deadline a client set with `grpc-timeout` (at most 8 digits, then `H`, `M`, `S`, `m`,
 /// `u` or `n`); `None` when there is none or it cannot be read.
-pub fn timeout_of(headers: &HeaderMap) -> Option<Duration> {
+pub(crate) fn timeout_of(headers: &HeaderMap) -> Option<Duration> {
     let raw = headers.get(&GRPC_TIMEOUT)?.to_str().ok()?;
     let (digits, unit) = raw.split_at(raw.len().checked_sub(1)?);
     if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
@@ -107,7 +107,7 @@ pub fn timeout_of(headers: &HeaderMap) -> Option<Duration> {
 /// Counts the length-prefixed messages of a body as its bytes arrive (a flag byte, a 4-byte
 /// big-endian length, the message).
 #[derive(Debug, Clone, Default)]
-pub struct MessageCounter {
+pub(crate) struct MessageCounter {
     /// Prefix bytes of the current message read so far (0 to 5).
     prefix_read: usize,
     prefix: [u8; 5],
@@ -119,7 +119,7 @@ pub struct MessageCounter {
 
 impl MessageCounter {
     /// Reads the next bytes of the body.
-    pub fn feed(&mut self, mut bytes: &[u8]) {
+    pub(crate) fn feed(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
             if self.remaining > 0 {
                 let step = self.remaining.min(bytes.len());
@@ -147,25 +147,25 @@ impl MessageCounter {
     }
 
     /// Messages begun so far.
-    pub fn begun(&self) -> usize {
+    pub(crate) fn begun(&self) -> usize {
         self.begun
     }
 
     /// Whether the bytes so far end on a message's last byte (or hold none).
-    pub fn is_complete(&self) -> bool {
+    pub(crate) fn is_complete(&self) -> bool {
         self.prefix_read == 0 && self.remaining == 0
     }
 }
 
 /// Whether a whole request body is one unary call's: exactly one complete message.
-pub fn is_single_message(body: &[u8]) -> bool {
+pub(crate) fn is_single_message(body: &[u8]) -> bool {
     let mut counter = MessageCounter::default();
     counter.feed(body);
     counter.begun() == 1 && counter.is_complete()
 }
 
 /// `text` as `grpc-message` carries it: percent-encoded outside printable ASCII, and `%`.
-pub fn percent_encode(text: &str) -> String {
+pub(crate) fn percent_encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
         if (0x20..0x7f).contains(&byte) && byte != b'%' {

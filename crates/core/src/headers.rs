@@ -97,7 +97,7 @@ fn hop_by_hop_bit(name: &str) -> u16 {
 /// The headers of a response as they may be stored and replayed: no hop-by-hop headers, no
 /// `Set-Cookie` (a session is one client's, not every retry's), no `Date` (a replay is answered
 /// now), and none of the route's `replay_exclude_headers`.
-pub fn storable_response_headers(headers: &HeaderMap, exclude: &[HeaderName]) -> HeaderMap {
+pub(crate) fn storable_response_headers(headers: &HeaderMap, exclude: &[HeaderName]) -> HeaderMap {
     let mut kept = headers.clone();
     strip_hop_by_hop(&mut kept);
     kept.remove(header::SET_COOKIE);

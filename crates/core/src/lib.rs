@@ -4,45 +4,61 @@
 //! its answer is stored, and every retry with the same key gets the stored answer, so the
 //! operation runs once whatever the network did.
 //!
-//! - [`IdempotencyLayer`] wraps a service; a [`Policy`] (built with [`Policy::builder`]) says
-//!   what it covers; [`ProblemLayer`] outside it renders the layer's own answers as
-//!   `application/problem+json`.
-//! - [`store::Store`] is where records live: [`store::MemoryStore`] here, the durable stores in
-//!   their own crates (`idempotency-file-store`, `idempotency-redis-store`), and decorators that
-//!   wrap any of them ([`store::SealedStore`] for encryption at rest, [`store::CachingStore`]).
-//! - [`model`] is the vocabulary the layer and the stores share: keys, fingerprints, records.
+//! What a service uses is here, at the root:
+//!
+//! - [`IdempotencyLayer`] wraps a service; a [`Policy`] (built with [`Policy::builder`], the one
+//!   step that can fail) says what it covers. The layer answers its own refusals (`409`, `422`,
+//!   ...) as `application/problem+json`: a [`Problem`] rendered with a [`ProblemBase`].
+//! - [`Store`] is where records live: [`MemoryStore`] here, the durable stores in their own
+//!   crates (`idempotency-file-store`, `idempotency-redis-store`).
+//! - [`ProblemLayer`], outermost, renders the [`Problem`]s of the rest of a stack the same way.
+//!
+//! The rest is in four modules: [`policy`] (the types a policy's settings are made of),
+//! [`observe`] (what the layer tells a watcher about each request), [`backend`] (what a store
+//! author implements and the records a store keeps) and [`proxy`] (hooks for the
+//! `idempotency-proxy` crates, not for services).
 //!
 //! ```
 //! use std::sync::Arc;
-//! use idempotency_core::model::RouteName;
-//! use idempotency_core::store::MemoryStore;
-//! use idempotency_core::{IdempotencyLayer, Policy};
+//! use idempotency_core::{IdempotencyLayer, MemoryStore, Policy};
 //!
-//! let policy = Policy::builder(RouteName::new("payments").unwrap())
-//!     .with_require_key(true)
-//!     .build()
-//!     .unwrap();
-//! let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()), policy).unwrap();
+//! let policy = Policy::builder("payments").with_require_key(true).build().unwrap();
+//! let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()), policy);
 //! # let _ = layer;
 //! ```
+//!
+//! Cargo features, both on by default: `sealing` (encryption at rest,
+//! [`backend::SealedStore`]) and `webhooks` (signed webhooks: [`policy::Verifier`] and
+//! [`proxy::WebhookSigner`]).
 #![forbid(unsafe_code)]
 
-pub mod backoff;
-pub mod error;
-pub mod grpc;
-#[doc(hidden)]
-pub mod headers;
-pub mod idempotency;
-pub mod model;
-pub mod outcome;
-pub mod problem;
-pub mod secret;
-pub mod signing;
-pub mod store;
-pub mod units;
+mod backoff;
+mod error;
+mod grpc;
+mod headers;
+mod idempotency;
+mod model;
+mod outcome;
+mod problem;
+mod secret;
+#[cfg(feature = "webhooks")]
+mod signing;
+mod store;
+mod units;
 
-pub use error::{BoxError, ProxyError};
-pub use idempotency::{IdempotencyLayer, IdempotencyService, Policy, PolicyError};
+pub mod backend;
+pub mod observe;
+pub mod policy;
+pub mod proxy;
+
+pub use error::{BoxError, Problem, ProblemMeta, RequestNotSent};
+pub use idempotency::{IdempotencyLayer, IdempotencyService, LayerBuilder, ResponseFuture};
+pub use idempotency::{Policy, PolicyBuilder, PolicyError};
 pub use problem::{ProblemBase, ProblemLayer, ProblemService};
 pub use secret::Secret;
-pub use store::{Store, StoreError};
+pub use store::{MemoryStore, Store, StoreError};
+
+/// The README's example, compiled and run as a doc test.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -6,7 +6,7 @@ use std::fmt;
 /// What the proxy did with a request, as named in metrics and logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
-pub enum RequestOutcome {
+pub enum Outcome {
     /// First request with its key: sent upstream, outcome stored.
     Forwarded,
     /// Answered from the store.
@@ -23,34 +23,34 @@ pub enum RequestOutcome {
     Bypassed,
 }
 
-impl RequestOutcome {
+impl Outcome {
     /// The name metrics and logs use.
     pub fn as_str(self) -> &'static str {
         match self {
-            RequestOutcome::Forwarded => "forwarded",
-            RequestOutcome::Replayed => "replayed",
-            RequestOutcome::Conflict => "conflict",
-            RequestOutcome::Mismatch => "mismatch",
-            RequestOutcome::Rejected => "rejected",
-            RequestOutcome::Released => "released",
-            RequestOutcome::Bypassed => "bypassed",
+            Outcome::Forwarded => "forwarded",
+            Outcome::Replayed => "replayed",
+            Outcome::Conflict => "conflict",
+            Outcome::Mismatch => "mismatch",
+            Outcome::Rejected => "rejected",
+            Outcome::Released => "released",
+            Outcome::Bypassed => "bypassed",
         }
     }
 }
 
-impl fmt::Display for RequestOutcome {
+impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
 /// Every outcome, in the order of their discriminants.
-pub const OUTCOMES: [RequestOutcome; 7] = [
-    RequestOutcome::Forwarded,
-    RequestOutcome::Replayed,
-    RequestOutcome::Conflict,
-    RequestOutcome::Mismatch,
-    RequestOutcome::Rejected,
-    RequestOutcome::Released,
-    RequestOutcome::Bypassed,
+pub const OUTCOMES: [Outcome; 7] = [
+    Outcome::Forwarded,
+    Outcome::Replayed,
+    Outcome::Conflict,
+    Outcome::Mismatch,
+    Outcome::Rejected,
+    Outcome::Released,
+    Outcome::Bypassed,
 ];

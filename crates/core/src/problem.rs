@@ -1,10 +1,10 @@
 //! Rendering the proxy's own answers as RFC 9457 `application/problem+json` (docs/reference.md#problems):
 //! the problem base, and the outermost layer that renders every response carrying a
-//! [`ProxyError`].
+//! [`Problem`].
 //!
 //! It is the outermost layer so that everything below it, the router, the idempotency layer
 //! and replays of stored problems alike, answers an error the same way
-//! ([`ProxyError::into_response`]) without knowing the problem base.
+//! ([`Problem::into_response`]) without knowing the problem base.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,7 +16,7 @@ use http::{header, HeaderValue, Response};
 use serde::Serialize;
 use tower::{Layer, Service};
 
-use crate::error::ProxyError;
+use crate::error::Problem;
 use crate::grpc::{percent_encode, GrpcCall, GRPC_MESSAGE, GRPC_STATUS};
 
 /// The `type` URI prefix of every problem, and whether to point clients at it.
@@ -49,10 +49,10 @@ impl ProblemBase {
         &self.uri
     }
 
-    /// Gives a response that carries a [`ProxyError`] its problem document; any other response
+    /// Gives a response that carries a [`Problem`] its problem document; any other response
     /// is left as it is.
     pub fn render(&self, response: &mut Response<Body>) {
-        let Some(error) = response.extensions_mut().remove::<ProxyError>() else {
+        let Some(error) = response.extensions_mut().remove::<Problem>() else {
             return;
         };
         if response.extensions().get::<GrpcCall>().is_some() {
@@ -60,7 +60,7 @@ impl ProblemBase {
         }
         let meta = error.meta();
         let differs = match &error {
-            ProxyError::KeyReused { differs } => Some(differs.iter().map(|p| p.as_str()).collect()),
+            Problem::KeyReused { differs } => Some(differs.iter().map(|p| p.as_str()).collect()),
             _ => None,
         };
         let document = ProblemDocument {
@@ -80,7 +80,7 @@ impl ProblemBase {
         if let Some(link) = &self.link {
             headers.insert(header::LINK, link.clone());
         }
-        if let ProxyError::RequestInFlight { retry_after } = error {
+        if let Problem::RequestInFlight { retry_after } = error {
             let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
             headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
@@ -89,10 +89,10 @@ impl ProblemBase {
 
 /// The problem as a gRPC client reads it (docs/grpc.md#statuses): a trailers-only answer,
 /// `200` with `grpc-status` and `grpc-message` (the title and the detail) in its headers.
-fn render_grpc(error: &ProxyError, response: &mut Response<Body>) {
+fn render_grpc(error: &Problem, response: &mut Response<Body>) {
     let meta = error.meta();
     let mut message = format!("{}: {}", meta.title, error);
-    if let ProxyError::KeyReused { differs } = error {
+    if let Problem::KeyReused { differs } = error {
         let parts: Vec<_> = differs.iter().map(|p| p.as_str()).collect();
         message.push_str(&format!(" (differs: {})", parts.join(", ")));
     }
@@ -108,7 +108,7 @@ fn render_grpc(error: &ProxyError, response: &mut Response<Body>) {
     if let Ok(value) = HeaderValue::from_str(&percent_encode(&message)) {
         headers.insert(&GRPC_MESSAGE, value);
     }
-    if let ProxyError::RequestInFlight { retry_after } = error {
+    if let Problem::RequestInFlight { retry_after } = error {
         let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
         headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }
@@ -238,7 +238,7 @@ mod tests {
     use super::*;
     use crate::model::Part;
 
-    async fn rendered(base: &ProblemBase, error: ProxyError) -> (Response<()>, serde_json::Value) {
+    async fn rendered(base: &ProblemBase, error: Problem) -> (Response<()>, serde_json::Value) {
         let mut response = error.into_response();
         base.render(&mut response);
         let (parts, body) = response.into_parts();
@@ -250,31 +250,31 @@ mod tests {
     #[tokio::test]
     async fn on_a_grpc_call_every_problem_is_a_trailers_only_status_from_the_table() {
         let want = [
-            (ProxyError::MissingKey, 3),
-            (ProxyError::BadSignature("x"), 16),
+            (Problem::MissingKey, 3),
+            (Problem::BadSignature("x"), 16),
             (
-                ProxyError::RequestInFlight {
+                Problem::RequestInFlight {
                     retry_after: Duration::from_secs(2),
                 },
                 10,
             ),
-            (ProxyError::ResponseNotKept, 9),
+            (Problem::ResponseNotKept, 9),
             (
-                ProxyError::KeyReused {
+                Problem::KeyReused {
                     differs: vec![Part::Body],
                 },
                 9,
             ),
             (
-                ProxyError::BodyTooLarge {
+                Problem::BodyTooLarge {
                     limit: crate::units::ByteSize::kib(1),
                 },
                 8,
             ),
-            (ProxyError::NoRoute, 12),
-            (ProxyError::UpstreamUnavailable, 14),
-            (ProxyError::StoreUnavailable, 14),
-            (ProxyError::UpstreamTimeout, 14),
+            (Problem::NoRoute, 12),
+            (Problem::UpstreamUnavailable, 14),
+            (Problem::StoreUnavailable, 14),
+            (Problem::UpstreamTimeout, 14),
         ];
         for (error, code) in want {
             let mut response = error.clone().into_response();
@@ -293,7 +293,7 @@ mod tests {
             let body = response.into_body().collect().await.unwrap();
             assert!(body.trailers().is_none() && body.to_bytes().is_empty());
         }
-        let mut reused = ProxyError::KeyReused {
+        let mut reused = Problem::KeyReused {
             differs: vec![Part::Body],
         }
         .into_response();
@@ -301,7 +301,7 @@ mod tests {
         ProblemBase::default().render(&mut reused);
         let message = reused.headers()["grpc-message"].to_str().unwrap();
         assert!(message.ends_with("(differs: body)"), "{message}");
-        let mut in_flight = ProxyError::RequestInFlight {
+        let mut in_flight = Problem::RequestInFlight {
             retry_after: Duration::from_secs(2),
         }
         .into_response();
@@ -312,7 +312,7 @@ mod tests {
 
     #[tokio::test]
     async fn problem_document_has_the_rfc_9457_members() {
-        let reused = ProxyError::KeyReused {
+        let reused = Problem::KeyReused {
             differs: vec![Part::Target, Part::Body],
         };
         let (response, doc) = rendered(&ProblemBase::default(), reused).await;
@@ -322,7 +322,7 @@ mod tests {
             "application/problem+json"
         );
         assert!(response.headers().get(header::LINK).is_none());
-        assert!(response.extensions().get::<ProxyError>().is_none());
+        assert!(response.extensions().get::<Problem>().is_none());
         assert_eq!(doc["type"], "urn:problem-type:idempotency-proxy:key-reused");
         assert_eq!(doc["status"], 422);
         assert!(doc["title"].is_string() && doc["detail"].is_string());
@@ -331,17 +331,17 @@ mod tests {
 
     #[tokio::test]
     async fn only_key_reused_says_what_differs() {
-        let unknown = ProxyError::KeyReused { differs: vec![] };
+        let unknown = Problem::KeyReused { differs: vec![] };
         let (_, doc) = rendered(&ProblemBase::default(), unknown).await;
         assert_eq!(doc["differs"], serde_json::json!([]));
-        let (_, doc) = rendered(&ProblemBase::default(), ProxyError::StoreUnavailable).await;
+        let (_, doc) = rendered(&ProblemBase::default(), Problem::StoreUnavailable).await;
         assert!(doc.get("differs").is_none(), "{doc}");
     }
 
     #[tokio::test]
     async fn published_base_adds_a_describedby_link() {
         let base = ProblemBase::published("https://api.example.com/docs/idempotency#").unwrap();
-        let in_flight = ProxyError::RequestInFlight {
+        let in_flight = Problem::RequestInFlight {
             retry_after: Duration::from_millis(1500),
         };
         let (response, doc) = rendered(&base, in_flight).await;

@@ -41,7 +41,7 @@ impl WebhookSigner {
     /// The published example of Standard Webhooks:
     ///
     /// ```
-    /// use idempotency_core::signing::WebhookSigner;
+    /// use idempotency_core::proxy::WebhookSigner;
     /// use idempotency_core::Secret;
     ///
     /// std::env::set_var("SIGNING_DOC", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");

@@ -4,7 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::store::{CachingStore, MemoryStore, ReplayCache, SealedStore, Store};
+use idempotency_core::{
+    backend::{CachingStore, ReplayCache, SealedStore},
+    MemoryStore, Store,
+};
 use idempotency_test_support::records::sealing_keys;
 use idempotency_test_support::suite::LONG;
 use idempotency_test_support::{inbox_suite, store_suite};

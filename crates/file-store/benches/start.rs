@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use idempotency_core::model::Record;
-use idempotency_core::store::{Reservation, Store};
+use idempotency_core::backend::Record;
+use idempotency_core::{backend::Reservation, Store};
 use idempotency_file_store::FileStore;
 use idempotency_test_support::records::{fp, key, outcome};
 

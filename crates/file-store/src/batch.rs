@@ -13,8 +13,11 @@ use super::log::Log;
 use super::queue::{QueueAnswer, QueueOp};
 use super::space::Space;
 use super::values;
-use idempotency_core::model::{DeliveryId, FencingToken, ScopedKey};
-use idempotency_core::store::{Fenced, Removal, Removed, StoreError};
+use idempotency_core::backend::{DeliveryId, FencingToken, ScopedKey};
+use idempotency_core::{
+    backend::{Fenced, Removal, Removed},
+    StoreError,
+};
 
 /// A write or a read, carrying the encoded record where there is one (with room for its expiry).
 pub(super) enum Op {

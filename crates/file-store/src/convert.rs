@@ -23,7 +23,7 @@ use super::log::{self, Log};
 use super::meta::Meta;
 use super::options::FileStoreOptions;
 use super::segment::{self, HeaderError, HEADER_LEN, WAL_MAGIC};
-use idempotency_core::model::now_millis;
+use idempotency_core::backend::now_millis;
 
 pub(super) const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
 const EXPIRIES: TableDefinition<(u64, &str), ()> = TableDefinition::new("expiries");

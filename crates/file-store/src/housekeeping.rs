@@ -17,7 +17,7 @@ use redb::Database;
 use super::meta::{Meta, META};
 use super::retire::Chunk;
 use super::writer::{WriterThread, PURGE_INTERVAL};
-use idempotency_core::model::now_millis;
+use idempotency_core::backend::now_millis;
 
 /// A segment being retired: its puts are coming from the retirer until the last has been
 /// applied, then it waits for the entry that moved them on to be synced.

@@ -11,11 +11,11 @@ use bytes::Bytes;
 use super::queue::{QueueAnswer, QueueOp};
 use super::writer::{Answer, Op};
 use super::{decode, mismatch, values, FileStore};
-use idempotency_core::model::{
+use idempotency_core::backend::{
     unix_millis, CompletedRecord, Delivery, DeliveryId, InboxQueues, RouteName, ScopedKey,
 };
-use idempotency_core::store::{Acceptance, Claim, Inbox, Settlement};
-use idempotency_core::store::{Fenced, StoreError};
+use idempotency_core::backend::{Acceptance, Claim, Inbox, Settlement};
+use idempotency_core::{backend::Fenced, StoreError};
 
 fn millis(span: Duration) -> u64 {
     span.as_millis().try_into().unwrap_or(u64::MAX)

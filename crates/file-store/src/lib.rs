@@ -56,11 +56,14 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use redb::{Database, DatabaseError};
 
-use idempotency_core::model::{
+use idempotency_core::backend::Inbox;
+use idempotency_core::backend::{
     now_millis, CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, ScopedKey,
 };
-use idempotency_core::store::Inbox;
-use idempotency_core::store::{Fenced, Removal, Removed, Reservation, Store, StoreError};
+use idempotency_core::{
+    backend::{Fenced, Removal, Removed, Reservation},
+    Store, StoreError,
+};
 use writer::{Answer, Op, Writer};
 
 pub use options::{FileStoreOptions, SEGMENT_BYTES};
@@ -70,8 +73,8 @@ pub use writer::PURGE_INTERVAL;
 ///
 /// ```
 /// use std::time::Duration;
-/// use idempotency_core::model::{Fingerprint, IdempotencyKey, RouteName, ScopedKey};
-/// use idempotency_core::store::{Reservation, Store};
+/// use idempotency_core::backend::{Fingerprint, IdempotencyKey, RouteName, ScopedKey};
+/// use idempotency_core::{Store, backend::Reservation};
 /// use idempotency_file_store::FileStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -180,20 +183,6 @@ fn explain(error: DatabaseError) -> String {
 
 fn mismatch() -> StoreError {
     StoreError::Unavailable("file store writer gave an answer of the wrong kind".into())
-}
-
-/// A stored value taken apart as the store reads it: its expiry and its encoded record.
-#[doc(hidden)]
-pub fn split_value(value: &[u8]) -> (u64, &[u8]) {
-    (values::expiry(value), values::record(value))
-}
-
-/// The value the store writes for an encoded record that expires at `expiry`.
-#[doc(hidden)]
-pub fn join_value(expiry: u64, record: &[u8]) -> Vec<u8> {
-    let mut value = values::unstamped(record);
-    values::stamp(&mut value, expiry);
-    value
 }
 
 fn decode(raw: Vec<u8>) -> Result<Record, StoreError> {

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use super::batch::Batch;
 use super::journal::Loc;
-use idempotency_core::model::{unix_millis, Delivery, DeliveryId, FencingToken, InboxQueues};
-use idempotency_core::store::{Fenced, Settlement};
+use idempotency_core::backend::{unix_millis, Delivery, DeliveryId, FencingToken, InboxQueues};
+use idempotency_core::backend::{Fenced, Settlement};
 
 /// Due time, claim token, claimed flag.
 const LIVE_HEADER: usize = 17;

@@ -17,8 +17,8 @@ use super::index::{Completed, Held, InFlight, KeyDigest};
 use super::journal::Loc;
 use super::space::Space;
 use super::values;
-use idempotency_core::model::{FencingToken, Record, ScopedKey};
-use idempotency_core::store::{Fenced, Removal, Removed};
+use idempotency_core::backend::{Fenced, Removal, Removed};
+use idempotency_core::backend::{FencingToken, Record, ScopedKey};
 
 /// A key's live record.
 enum Live {

@@ -27,7 +27,7 @@ use super::segment::{self, HEADER_LEN, MAGIC};
 use super::state::State;
 use super::syncer::Durability;
 use super::writer::Start;
-use idempotency_core::model::now_millis;
+use idempotency_core::backend::now_millis;
 
 /// What reading the log found.
 #[derive(Default)]

@@ -20,7 +20,7 @@ use super::log::segment_path;
 use super::segment::{self, HEADER_LEN, MAGIC};
 use super::values;
 use super::writer::Msg;
-use idempotency_core::model::now_millis;
+use idempotency_core::backend::now_millis;
 
 /// A put of the segment being retired.
 #[derive(Debug)]

@@ -18,7 +18,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use super::batch::{Answer, Reply};
-use idempotency_core::store::StoreError;
+use idempotency_core::StoreError;
 
 /// An answer held back until the log is synced past `seq`.
 struct Held {

@@ -37,8 +37,8 @@ use super::meta::Meta;
 use super::retire::{Chunk, Retirer};
 use super::state::State;
 use super::syncer::{Durability, Syncer};
-use idempotency_core::model::now_millis;
-use idempotency_core::store::{Fenced, StoreError};
+use idempotency_core::backend::now_millis;
+use idempotency_core::{backend::Fenced, StoreError};
 
 /// Bounds one batch, so a flood of callers still gets answers in steady instalments.
 const MAX_BATCH: usize = 512;
@@ -123,7 +123,7 @@ enum Visibility {
 impl Visibility {
     fn of(op: &Op) -> Self {
         let digest =
-            |key: &idempotency_core::model::ScopedKey| KeyDigest::from_sha256(key.name_digest());
+            |key: &idempotency_core::backend::ScopedKey| KeyDigest::from_sha256(key.name_digest());
         match op {
             Op::Reserve { key, .. } => Self::ShowsRecord(digest(key)),
             Op::Renew { .. } | Op::Release { .. } | Op::Count | Op::Ping => Self::Written,

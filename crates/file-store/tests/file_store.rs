@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use idempotency_core::model::{FencingToken, Record, ScopedKey};
-use idempotency_core::store::{Fenced, Store, StoreError};
+use idempotency_core::backend::{FencingToken, Record, ScopedKey};
+use idempotency_core::{backend::Fenced, Store, StoreError};
 use idempotency_file_store::{FileStore, PURGE_INTERVAL};
 use idempotency_test_support::poll;
 use idempotency_test_support::records::{acquire, big_body, key, outcome};

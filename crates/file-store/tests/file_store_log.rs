@@ -20,9 +20,9 @@ use bytes::Bytes;
 use http::header::RETRY_AFTER;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use idempotency_core::idempotency::policy::StoreErrorPolicy;
-use idempotency_core::model::{Record, RouteName, ScopedKey};
-use idempotency_core::store::{Reservation, Store, StoreError};
+use idempotency_core::backend::{Record, RouteName, ScopedKey};
+use idempotency_core::policy::StoreErrorPolicy;
+use idempotency_core::{backend::Reservation, Store, StoreError};
 use idempotency_core::{IdempotencyLayer, Policy, ProblemLayer};
 use idempotency_file_store::FileStore;
 use idempotency_test_support::records::{acquire, fp, key, outcome};
@@ -231,7 +231,7 @@ async fn during_the_wait_a_fresh_key_is_refused_503_with_retry_after_even_under_
         counted.fetch_add(1, Ordering::SeqCst);
         async { Ok::<_, Infallible>(Response::new(Body::empty())) }
     });
-    let layer = IdempotencyLayer::new(Arc::new(store), policy).expect("a valid policy");
+    let layer = IdempotencyLayer::new(Arc::new(store), policy);
     let layered = layer.layer(upstream);
     let service = ProblemLayer::default().layer(layered);
     let request = Request::post("/v1/charges")

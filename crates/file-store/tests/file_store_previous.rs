@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use idempotency_core::model::{FencingToken, Record};
-use idempotency_core::store::{Reservation, Store, StoreError};
+use idempotency_core::backend::{FencingToken, Record};
+use idempotency_core::{backend::Reservation, Store, StoreError};
 use idempotency_file_store::{FileStore, FileStoreOptions};
 use idempotency_test_support::records::{acquire, big_body, fp, key, outcome};
 use idempotency_test_support::temp::TempPath;

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use idempotency_core::model::{CompletedRecord, FencingToken, Record};
-use idempotency_core::store::Store;
+use idempotency_core::backend::{CompletedRecord, FencingToken, Record};
+use idempotency_core::Store;
 use idempotency_file_store::FileStore;
 use idempotency_test_support::poll;
 use idempotency_test_support::records::{acquire, key, outcome};

@@ -4,8 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idempotency_core::model::{CompletedRecord, FencingToken, Fingerprint, Record, ScopedKey};
-use idempotency_core::store::{Fenced, Inbox, Removal, Removed, Reservation, Store, StoreError};
+use idempotency_core::backend::{CompletedRecord, FencingToken, Fingerprint, Record, ScopedKey};
+use idempotency_core::{
+    backend::{Fenced, Inbox, Removal, Removed, Reservation},
+    Store, StoreError,
+};
 use idempotency_file_store::FileStore;
 use idempotency_test_support::temp::TempPath;
 use idempotency_test_support::{inbox_suite, store_suite};

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use idempotency_core::model::{IdempotencyKey, RouteName};
+use idempotency_core::backend::{IdempotencyKey, RouteName};
 use idempotency_postgres::quote_qualified;
 
 /// An outbox's name: 1 to 64 letters, digits, `-`, `_` or `.`, as a route's.

@@ -121,7 +121,7 @@ fn row_headers(column: Option<&str>) -> Result<HeaderMap, String> {
 mod tests {
     use std::time::Duration;
 
-    use idempotency_core::signing::WebhookSigner;
+    use idempotency_core::proxy::WebhookSigner;
     use idempotency_core::Secret;
     use tokio::time::Instant;
 

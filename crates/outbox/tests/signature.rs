@@ -9,7 +9,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use common::{event, Db, HyperTransport, Receiver, Relays, WAIT};
-use idempotency_core::signing::WebhookSigner;
+use idempotency_core::proxy::WebhookSigner;
 use idempotency_core::Secret;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";

@@ -14,7 +14,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use idempotency_core::store::StoreError;
+use idempotency_core::StoreError;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 /// The most requests one statement carries.

@@ -16,11 +16,14 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::StatusCode;
-use idempotency_core::model::{
+use idempotency_core::backend::{
     unix_millis, AttemptFailure, CompletedRecord, Delivery, DeliveryId, FencingToken, InboxQueues,
     Record, RecordError, RouteName, ScopedKey, MAX_ERROR_LEN,
 };
-use idempotency_core::store::{Acceptance, Claim, Fenced, Inbox, Settlement, StoreError};
+use idempotency_core::{
+    backend::{Acceptance, Claim, Fenced, Inbox, Settlement},
+    StoreError,
+};
 use idempotency_postgres::tokio_postgres::types::ToSql;
 use idempotency_postgres::tokio_postgres::Row;
 

@@ -11,7 +11,6 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use idempotency_core::model::RouteName;
 //! use idempotency_core::{IdempotencyLayer, Policy};
 //! use idempotency_postgres::{ConnectOptions, DatabaseUrl};
 //! use idempotency_postgres_store::PostgresStore;
@@ -19,8 +18,8 @@
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let url = DatabaseUrl::resolve("postgres://app@127.0.0.1:5432/app")?;
 //! let store = PostgresStore::connect(&url, &ConnectOptions::default(), None).await?;
-//! let policy = Policy::builder(RouteName::new("payments")?).build()?;
-//! let layer = IdempotencyLayer::new(Arc::new(store), policy)?;
+//! let policy = Policy::builder("payments").build()?;
+//! let layer = IdempotencyLayer::new(Arc::new(store), policy);
 //! # let _ = layer;
 //! # Ok(())
 //! # }

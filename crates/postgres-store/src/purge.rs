@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use idempotency_core::store::StoreError;
+use idempotency_core::StoreError;
 use idempotency_postgres::Pool;
 use tokio::task::JoinHandle;
 

@@ -8,7 +8,7 @@
 //! indexed) and writes no index entry. `idempotency_deliveries` keeps inbox deliveries, one row
 //! each, with the attempt state a claim or a settlement changes beside the encoding.
 
-use idempotency_core::store::StoreError;
+use idempotency_core::StoreError;
 use idempotency_postgres::tokio_postgres::Client;
 use idempotency_postgres::{quote_identifier, tokio_postgres};
 

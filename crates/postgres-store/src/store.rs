@@ -18,10 +18,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use idempotency_core::model::{
+use idempotency_core::backend::{
     CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, ScopedKey,
 };
-use idempotency_core::store::{Fenced, Inbox, Removal, Removed, Reservation, Store, StoreError};
+use idempotency_core::{
+    backend::{Fenced, Inbox, Removal, Removed, Reservation},
+    Store, StoreError,
+};
 use idempotency_postgres::tokio_postgres::error::SqlState;
 use idempotency_postgres::tokio_postgres::types::ToSql;
 use idempotency_postgres::tokio_postgres::{self, Row};

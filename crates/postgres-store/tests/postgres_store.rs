@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use idempotency_core::store::{Reservation, Store, StoreError};
+use idempotency_core::{backend::Reservation, Store, StoreError};
 use idempotency_postgres::{ConnectOptions, DatabaseUrl};
 use idempotency_postgres_store::PostgresStore;
 use idempotency_test_support::poll;
@@ -102,8 +102,7 @@ async fn the_purge_deletes_expired_records_and_keeps_live_ones() {
 /// key is acquired once, each holder's completion applies, a stranger's never does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_keys_at_once_are_each_reserved_and_completed_by_their_holder() {
-    use idempotency_core::model::{FencingToken, Record};
-    use idempotency_core::store::Fenced;
+    use idempotency_core::backend::{Fenced, FencingToken, Record};
     use idempotency_test_support::records::{outcome, small_body};
     use std::sync::Arc;
 

@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::store::{CachingStore, ReplayCache, SealedStore, Store};
+use idempotency_core::{
+    backend::{CachingStore, ReplayCache, SealedStore},
+    Store,
+};
 use idempotency_postgres::{ConnectOptions, DatabaseUrl};
 use idempotency_postgres_store::PostgresStore;
 use idempotency_test_support::postgres_server::shared_postgres;

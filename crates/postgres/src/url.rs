@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use idempotency_core::secret::Secret;
+use idempotency_core::Secret;
 use tokio_postgres::config::Host;
 
 use crate::ConnectError;

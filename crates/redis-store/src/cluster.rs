@@ -42,7 +42,7 @@ use redis::{Client, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::per_thread::{Connect, PerThread};
 use crate::store::{redact, RedisStore, CONNECTION_TIMEOUT, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
-use idempotency_core::store::StoreError;
+use idempotency_core::StoreError;
 
 /// A store on a Redis Cluster.
 pub type RedisClusterStore = RedisStore<PerThread<ClusterLink>>;

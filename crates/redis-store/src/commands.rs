@@ -6,8 +6,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind};
 
-use idempotency_core::model::Record;
-use idempotency_core::store::StoreError;
+use idempotency_core::backend::Record;
+use idempotency_core::StoreError;
 
 /// Reserve-or-read as one native command: `SET key value NX GET PX lease` sets the in-flight
 /// record if the key is free and answers nil, or leaves the key alone and answers what is

@@ -28,8 +28,8 @@ use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
 use crate::held::HeldRecords;
 use crate::scripts::{Lua, COMPLETE, RELEASE, RENEW};
-use idempotency_core::model::FencingToken;
-use idempotency_core::store::Fenced;
+use idempotency_core::backend::Fenced;
+use idempotency_core::backend::FencingToken;
 
 /// A command a fenced write can be made with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,7 +18,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 
-use idempotency_core::model::FencingToken;
+use idempotency_core::backend::FencingToken;
 
 /// Tokens are random, so their low bits spread them over the shards evenly.
 const SHARDS: usize = 8;

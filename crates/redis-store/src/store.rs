@@ -48,11 +48,14 @@ use crate::fenced::{FencedWrite, Fencing};
 use crate::inbox::{InboxLayout, Resting, CLUSTER_SHARDS};
 use crate::per_thread::{Connect, PerThread};
 use crate::scripts::{GET, RELEASE, REMOVE, RESERVE};
-use idempotency_core::model::{
+use idempotency_core::backend::Inbox;
+use idempotency_core::backend::{
     CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, ScopedKey,
 };
-use idempotency_core::store::Inbox;
-use idempotency_core::store::{Fenced, Removal, Removed, Reservation, Store, StoreError};
+use idempotency_core::{
+    backend::{Fenced, Removal, Removed, Reservation},
+    Store, StoreError,
+};
 
 pub use crate::fenced::{FenceCommand, FenceCommands};
 
@@ -76,8 +79,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisConnection for C {}
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use idempotency_core::model::{Fingerprint, IdempotencyKey, RouteName, ScopedKey};
-/// use idempotency_core::store::{Reservation, Store};
+/// use idempotency_core::backend::{Fingerprint, IdempotencyKey, RouteName, ScopedKey};
+/// use idempotency_core::{Store, backend::Reservation};
 /// use idempotency_redis_store::{RedisStore, DEFAULT_PREFIX};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -165,15 +168,16 @@ impl<C: RedisConnection> RedisStore<C> {
         }
     }
 
-    /// Lays inbox queues out as on a cluster, `shards` per route, on any Redis.
-    #[doc(hidden)]
+    /// Lays inbox queues out as on a cluster, `shards` per route, on any Redis: a store that
+    /// may later move to a cluster keeps the layout it will have there. (A cluster store is
+    /// sharded already.)
     pub fn with_inbox_shards(mut self, shards: u16) -> Self {
         self.inbox = InboxLayout::sharded(shards);
         self
     }
 
-    /// Reserves with the script even where Redis takes `SET ... NX GET`, as on Redis before 7.0.
-    #[doc(hidden)]
+    /// Reserves with the script even where Redis takes `SET ... NX GET`, as on Redis before 7.0:
+    /// for a server that claims a version its commands do not keep to.
     pub fn reserving_by_script(self) -> Self {
         self.native_reserve.store(false, Ordering::Relaxed);
         self

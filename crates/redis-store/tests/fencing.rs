@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use idempotency_core::model::{CompletedRecord, Record};
-use idempotency_core::store::{Fenced, Store};
+use idempotency_core::backend::{CompletedRecord, Record};
+use idempotency_core::{backend::Fenced, Store};
 use idempotency_redis_store::{FenceCommand, FenceCommands, RedisStore};
 use idempotency_test_support::poll;
 use idempotency_test_support::records::{acquire, key, outcome, small_body};

@@ -5,8 +5,11 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, Method};
-use idempotency_core::model::{Delivery, FencingToken, RouteName, StoredRequest};
-use idempotency_core::store::{Acceptance, Fenced, Removal, Removed, Settlement, Store};
+use idempotency_core::backend::{Delivery, FencingToken, RouteName, StoredRequest};
+use idempotency_core::{
+    backend::{Acceptance, Fenced, Removal, Removed, Settlement},
+    Store,
+};
 use idempotency_redis_store::RedisStore;
 use idempotency_test_support::records::{outcome, scoped, small_body};
 use redis::aio::MultiplexedConnection;

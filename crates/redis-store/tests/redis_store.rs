@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use idempotency_core::model::{FencingToken, ScopedKey};
-use idempotency_core::store::{Fenced, Store, StoreError};
+use idempotency_core::backend::{FencingToken, ScopedKey};
+use idempotency_core::{backend::Fenced, Store, StoreError};
 use idempotency_redis_store::RedisStore;
 use idempotency_test_support::records::{acquire, fp, outcome, small_body};
 use idempotency_test_support::redis;

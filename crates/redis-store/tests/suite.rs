@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use idempotency_core::store::{SealedStore, Store};
+use idempotency_core::{backend::SealedStore, Store};
 use idempotency_redis_store::RedisStore;
 use idempotency_test_support::records::sealing_keys;
 use idempotency_test_support::redis as test_redis;

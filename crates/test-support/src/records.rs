@@ -4,11 +4,11 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use idempotency_core::model::{
+use idempotency_core::backend::{
     ClientScope, CompletedRecord, FencingToken, Fingerprint, IdempotencyKey, RouteName, ScopedKey,
     StoredBody,
 };
-use idempotency_core::store::{Reservation, Store};
+use idempotency_core::{backend::Reservation, Store};
 
 /// The scoped key of `key` on `route`, for the client whose secret is `client`, if any.
 pub fn scoped(route: &str, client: Option<&[u8]>, key: &str) -> ScopedKey {
@@ -68,8 +68,8 @@ pub async fn acquire(store: &dyn Store, key: &ScopedKey, lease: Duration) -> Fen
 
 /// Sealing keys from a 32-byte key written to a file of the test's own, read back as an
 /// operator's `file:` secret is: encryption at rest as the proxy sets it up.
-pub fn sealing_keys(test: &str) -> idempotency_core::store::SealingKeys {
-    use idempotency_core::store::{SealingKey, SealingKeys};
+pub fn sealing_keys(test: &str) -> idempotency_core::backend::SealingKeys {
+    use idempotency_core::backend::{SealingKey, SealingKeys};
     let path = crate::temp::TempPath::new(&format!("{test}.key"));
     std::fs::write(path.path(), "07".repeat(32)).unwrap();
     let secret = idempotency_core::Secret::resolve(&format!("file:{}", path.path().display()));

@@ -15,7 +15,7 @@ use super::admit::KeyedRequest;
 use super::context::Context;
 use super::inbox_hook::InboxHook;
 use crate::model::{CompletedRecord, Delivery, FencingToken, StoredBody, StoredRequest};
-use crate::outcome::RequestOutcome;
+use crate::outcome::Outcome;
 use crate::store::{Acceptance, StoreError};
 
 /// What an accept came to, for the flow to answer.
@@ -89,4 +89,4 @@ fn answer(ack: CompletedRecord) -> Response<Body> {
 
 /// How an accepted request is counted: stored for its upstream, as a forwarded first request
 /// is stored with its outcome.
-pub(super) const QUEUED: RequestOutcome = RequestOutcome::Forwarded;
+pub(super) const QUEUED: Outcome = Outcome::Forwarded;

@@ -9,7 +9,7 @@ use http::{request::Parts, Request};
 
 use super::extract::{key_from_body, key_from_headers, read_body};
 use super::policy::{KeySource, Policy};
-use crate::error::ProxyError;
+use crate::error::Problem;
 use crate::model::{ClientScope, Fingerprint, IdempotencyKey, ScopedKey};
 
 /// A request whose key, scope and fingerprint are known and whose body is read.
@@ -52,7 +52,7 @@ pub(super) enum Admission {
     /// Not ours to deduplicate: forwarded as it is, body streamed.
     PassThrough(Request<Body>),
     /// Refused before anything is stored.
-    Refused(ProxyError),
+    Refused(Problem),
     /// To be deduplicated.
     Keyed(KeyedRequest),
 }
@@ -97,7 +97,8 @@ pub(super) async fn admit(policy: &Policy, request: Request<Body>) -> Admission 
 /// exactly between reading (signatures cover the body) and reserving (a forged delivery must
 /// neither run nor take the key). Every covered request is checked, keyed or not, so an
 /// unsigned one cannot reach the upstream by leaving its key out.
-async fn verified(policy: &Policy, parts: &Parts, body: Body) -> Result<Body, ProxyError> {
+#[cfg(feature = "webhooks")]
+async fn verified(policy: &Policy, parts: &Parts, body: Body) -> Result<Body, Problem> {
     let Some(verifier) = &policy.verify else {
         return Ok(body);
     };
@@ -105,14 +106,21 @@ async fn verified(policy: &Policy, parts: &Parts, body: Body) -> Result<Body, Pr
     let now = std::time::SystemTime::now();
     verifier
         .verify(&parts.headers, &bytes, now)
-        .map_err(ProxyError::BadSignature)?;
+        .map_err(Problem::BadSignature)?;
     // Reading it again takes the one chunk back without copying.
     Ok(Body::from(bytes))
 }
 
+/// Without the `webhooks` feature no route verifies a signature.
+#[cfg(not(feature = "webhooks"))]
+#[allow(clippy::unused_async)]
+async fn verified(_: &Policy, _: &Parts, body: Body) -> Result<Body, Problem> {
+    Ok(body)
+}
+
 fn keyless(policy: &Policy, parts: Parts, body: Body) -> Admission {
     if policy.require_key {
-        Admission::Refused(ProxyError::MissingKey)
+        Admission::Refused(Problem::MissingKey)
     } else {
         Admission::PassThrough(Request::from_parts(parts, body))
     }

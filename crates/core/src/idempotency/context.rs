@@ -14,6 +14,7 @@ use super::metrics::RouteMetrics;
 use super::policy::Policy;
 use super::waiters::Waiters;
 use crate::error::BoxError;
+use crate::problem::ProblemBase;
 use crate::store::Store;
 
 /// The route's store, policy and runtime state, shared by its requests through one `Arc`.
@@ -26,6 +27,8 @@ pub(super) struct Context {
     /// Every first request runs in a task tracked here, so a shutdown can wait for them.
     pub(super) tasks: TaskTracker,
     pub(super) metrics: RouteMetrics,
+    /// What the layer's own answers are rendered with.
+    pub(super) problems: Arc<ProblemBase>,
     /// On an inbox route: what accepting a request tells the delivery worker.
     pub(super) inbox: Option<InboxHook>,
 }

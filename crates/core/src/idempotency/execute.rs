@@ -18,11 +18,11 @@ use super::buffer::{buffer, BufferedBody, Reading};
 use super::complete::Held;
 use super::context::{AnswerBody, Context, Inner};
 use super::detach::Detachable;
-use super::policy::{AmbiguousPolicy, ConcurrentPolicy, Outcome};
-use crate::error::{Cause, ProxyError, UpstreamFailure};
+use super::policy::{AmbiguousPolicy, ConcurrentPolicy, Effect};
+use crate::error::{Cause, Problem, UpstreamFailure};
 use crate::grpc::{self, GrpcCode, Protocol};
 use crate::model::{CompletedRecord, FencingToken, StoredBody};
-use crate::outcome::RequestOutcome;
+use crate::outcome::Outcome;
 use crate::store::Fenced;
 
 /// A reservation just acquired, and everything needed to see it through.
@@ -37,9 +37,9 @@ enum Answer {
     Upstream(Parts, BufferedBody),
     /// The proxy answers for it: the call failed or timed out.
     Problem {
-        error: ProxyError,
+        error: Problem,
         cause: Cause,
-        outcome: Outcome,
+        outcome: Effect,
     },
 }
 
@@ -50,7 +50,7 @@ impl Execution {
         inner: S,
         request: KeyedRequest,
         token: FencingToken,
-    ) -> (Response<Body>, RequestOutcome)
+    ) -> (Response<Body>, Outcome)
     where
         S: Inner<B>,
         B: AnswerBody,
@@ -71,11 +71,7 @@ impl Execution {
         detachable.await
     }
 
-    async fn execute<S, B>(
-        self,
-        inner: S,
-        request: Request<Body>,
-    ) -> (Response<Body>, RequestOutcome)
+    async fn execute<S, B>(self, inner: S, request: Request<Body>) -> (Response<Body>, Outcome)
     where
         S: Inner<B>,
         B: AnswerBody,
@@ -160,23 +156,23 @@ impl Execution {
     }
 
     /// Applies the policy to the answer: store it, or free the key; then answer the client.
-    async fn settle(&self, answer: Answer) -> (Response<Body>, RequestOutcome) {
+    async fn settle(&self, answer: Answer) -> (Response<Body>, Outcome) {
         let (outcome, grpc_status) = match &answer {
             Answer::Upstream(_, BufferedBody::Stream(_)) => return self.pass_stream(answer).await,
             Answer::Upstream(parts, body) => self.classify(parts, body),
             Answer::Problem { outcome, .. } => (*outcome, None),
         };
         let keep = match outcome {
-            Outcome::Definite => true,
-            Outcome::NotExecuted => false,
-            Outcome::Ambiguous => self.ctx.policy.on_ambiguous == AmbiguousPolicy::Keep,
+            Effect::Definite => true,
+            Effect::NotExecuted => false,
+            Effect::Ambiguous => self.ctx.policy.on_ambiguous == AmbiguousPolicy::Keep,
         };
         let request_outcome = if keep {
             self.held.complete(&self.ctx, self.record(&answer)).await;
-            RequestOutcome::Forwarded
+            Outcome::Forwarded
         } else {
             self.held.release(&self.ctx).await;
-            RequestOutcome::Released
+            Outcome::Released
         };
         let mut response = respond(answer);
         if let Some(code) = grpc_status {
@@ -187,7 +183,7 @@ impl Execution {
 
     /// An upstream answer's outcome: by its HTTP status, or on a gRPC route by its
     /// `grpc-status` where it has one.
-    fn classify(&self, parts: &Parts, body: &BufferedBody) -> (Outcome, Option<GrpcCode>) {
+    fn classify(&self, parts: &Parts, body: &BufferedBody) -> (Effect, Option<GrpcCode>) {
         let policy = &self.ctx.policy;
         if policy.protocol == Protocol::Grpc {
             if let Some(code) = grpc::status_of(&parts.headers, body.trailers()) {
@@ -199,9 +195,9 @@ impl Execution {
 
     /// A server stream on a gRPC route that does not deduplicate streams: the key is freed and
     /// the stream passed on as it comes.
-    async fn pass_stream(&self, answer: Answer) -> (Response<Body>, RequestOutcome) {
+    async fn pass_stream(&self, answer: Answer) -> (Response<Body>, Outcome) {
         self.held.release(&self.ctx).await;
-        (respond(answer), RequestOutcome::Bypassed)
+        (respond(answer), Outcome::Bypassed)
     }
 
     /// What the store keeps of the answer.
@@ -224,22 +220,22 @@ impl Execution {
 /// The answer for a call still running at `upstream_timeout`.
 fn timed_out() -> Answer {
     Answer::Problem {
-        error: ProxyError::UpstreamTimeout,
+        error: Problem::UpstreamTimeout,
         cause: Cause("no answer within upstream_timeout".into()),
-        outcome: Outcome::Ambiguous,
+        outcome: Effect::Ambiguous,
     }
 }
 
 /// The answer for a call that failed: not sent, or broken after it was sent.
 fn failed(error: &(dyn std::error::Error + 'static)) -> Answer {
     let outcome = match UpstreamFailure::of(error) {
-        UpstreamFailure::NotSent => Outcome::NotExecuted,
+        UpstreamFailure::NotSent => Effect::NotExecuted,
         // The body was read whole before the call, so a body failure is not the client's: it is
         // as ambiguous as any other failure after sending began.
-        UpstreamFailure::ClientBody | UpstreamFailure::AfterSend => Outcome::Ambiguous,
+        UpstreamFailure::ClientBody | UpstreamFailure::AfterSend => Effect::Ambiguous,
     };
     Answer::Problem {
-        error: ProxyError::UpstreamUnavailable,
+        error: Problem::UpstreamUnavailable,
         cause: Cause::of(error),
         outcome,
     }

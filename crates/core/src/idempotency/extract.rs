@@ -5,23 +5,19 @@ use http::{header, request::Parts, HeaderMap, HeaderName};
 use http_body::Body as HttpBody;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use crate::error::ProxyError;
+use crate::error::Problem;
 use crate::model::{IdempotencyKey, KeyError};
 use crate::units::ByteSize;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Reads the whole body, refusing one over `limit` without reading past it.
-pub(crate) async fn read_body<B>(
-    parts: &Parts,
-    body: B,
-    limit: ByteSize,
-) -> Result<Bytes, ProxyError>
+pub(crate) async fn read_body<B>(parts: &Parts, body: B, limit: ByteSize) -> Result<Bytes, Problem>
 where
     B: HttpBody<Data = Bytes>,
     B::Error: Into<BoxError>,
 {
-    let too_large = ProxyError::BodyTooLarge { limit };
+    let too_large = Problem::BodyTooLarge { limit };
     let declared = parts
         .headers
         .get(header::CONTENT_LENGTH)
@@ -32,7 +28,7 @@ where
     match Limited::new(body, limit.as_usize()).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large),
-        Err(_) => Err(ProxyError::UnreadableBody),
+        Err(_) => Err(Problem::UnreadableBody),
     }
 }
 
@@ -51,20 +47,12 @@ pub(crate) fn key_from_headers(
     IdempotencyKey::from_header_value(value.as_bytes()).map(Some)
 }
 
-/// The key at a JSON pointer in the body. A body that is not JSON, or has no such member, has
-/// no key; a string member is the key, and so is an integer (some senders number their events).
-pub fn key_from_body(body: &[u8], pointer: &str) -> Result<Option<IdempotencyKey>, KeyError> {
-    let Ok(document) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return Ok(None);
-    };
-    match document.pointer(pointer) {
-        Some(serde_json::Value::String(s)) => IdempotencyKey::new(s.as_str()).map(Some),
-        Some(serde_json::Value::Number(n)) if n.is_i64() || n.is_u64() => {
-            IdempotencyKey::new(n.to_string()).map(Some)
-        }
-        Some(serde_json::Value::Null) | None => Ok(None),
-        Some(_) => Err(KeyError::NotVisibleAscii),
-    }
+/// The key at a JSON pointer in the body: [`IdempotencyKey::from_json_body`].
+pub(crate) fn key_from_body(
+    body: &[u8],
+    pointer: &str,
+) -> Result<Option<IdempotencyKey>, KeyError> {
+    IdempotencyKey::from_json_body(body, pointer)
 }
 
 #[cfg(test)]
@@ -116,7 +104,7 @@ mod tests {
         let body = http_body_util::Full::new(Bytes::from_static(b"12345"));
         assert!(matches!(
             read_body(&parts, body, limit).await,
-            Err(ProxyError::BodyTooLarge { .. })
+            Err(Problem::BodyTooLarge { .. })
         ));
         parts
             .headers
@@ -124,7 +112,7 @@ mod tests {
         let small = http_body_util::Full::new(Bytes::from_static(b"1"));
         assert!(matches!(
             read_body(&parts, small, limit).await,
-            Err(ProxyError::BodyTooLarge { .. })
+            Err(Problem::BodyTooLarge { .. })
         ));
         parts.headers.remove(header::CONTENT_LENGTH);
         let fits = http_body_util::Full::new(Bytes::from_static(b"1234"));

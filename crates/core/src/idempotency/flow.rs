@@ -18,10 +18,10 @@ use super::context::{AnswerBody, Context, Inner};
 use super::execute::Execution;
 use super::policy::{ConcurrentPolicy, RouteMode, StoreErrorPolicy};
 use super::replay::replay;
-use crate::error::{rescue, ProxyError};
+use crate::error::{rescue, Problem};
 use crate::grpc::{self, GrpcCall, GrpcCode, Protocol};
 use crate::model::{Fingerprint, InFlightRecord, LogId};
-use crate::outcome::RequestOutcome;
+use crate::outcome::Outcome;
 use crate::store::{Reservation, StoreError};
 
 /// How long a duplicate waits before asking the store again (`concurrent = "wait"`), doubling
@@ -45,12 +45,12 @@ where
     let (mut response, outcome, key) = match admit(&ctx.policy, request).await {
         Admission::PassThrough(request) => {
             let response = pass_through(inner, request).await;
-            (response, RequestOutcome::Bypassed, None)
+            (response, Outcome::Bypassed, None)
         }
-        Admission::Refused(error) => (error.into_response(), RequestOutcome::Rejected, None),
+        Admission::Refused(error) => (error.into_response(), Outcome::Rejected, None),
         Admission::Keyed(request) if ctx.policy.is_unkeyed_stream(&request.body) => {
             let response = pass_through(inner, request.into_request()).await;
-            (response, RequestOutcome::Bypassed, None)
+            (response, Outcome::Bypassed, None)
         }
         Admission::Keyed(request) => {
             let key = request.key.log_id();
@@ -69,6 +69,9 @@ where
     let key = key.as_ref().map(LogId::as_str);
     ctx.metrics
         .request_finished(outcome, &response, key, started.elapsed());
+    // Rendered here, not left to a `ProblemLayer` outside: a service that stacks none still
+    // answers its clients a problem document they can read.
+    ctx.problems.render(&mut response);
     response
 }
 
@@ -77,7 +80,7 @@ where
 fn mark_grpc(response: &mut Response<Body>) {
     let extensions = response.extensions();
     let code = extensions.get::<GrpcCode>().copied().or_else(|| {
-        let problem = extensions.get::<ProxyError>().map(ProxyError::grpc_code);
+        let problem = extensions.get::<Problem>().map(Problem::grpc_code);
         problem.or_else(|| grpc::status_of(response.headers(), None))
     });
     let extensions = response.extensions_mut();
@@ -104,7 +107,7 @@ async fn deduplicate<S, B>(
     ctx: &Arc<Context>,
     inner: S,
     request: KeyedRequest,
-) -> (Response<Body>, RequestOutcome)
+) -> (Response<Body>, Outcome)
 where
     S: Inner<B>,
     B: AnswerBody,
@@ -142,25 +145,20 @@ fn existing(
     request: &KeyedRequest,
     ctx: &Context,
     reservation: Reservation,
-) -> (Response<Body>, RequestOutcome) {
+) -> (Response<Body>, Outcome) {
     let same_request = |stored: &Fingerprint| request.is_same_as(stored, &ctx.policy);
     match reservation {
-        Reservation::Completed(r) if same_request(&r.fingerprint) => {
-            (replay(r), RequestOutcome::Replayed)
-        }
+        Reservation::Completed(r) if same_request(&r.fingerprint) => (replay(r), Outcome::Replayed),
         Reservation::InFlight(r) if same_request(&r.fingerprint) => {
-            let in_flight = ProxyError::RequestInFlight {
+            let in_flight = Problem::RequestInFlight {
                 retry_after: RETRY_AFTER,
             };
-            (in_flight.into_response(), RequestOutcome::Conflict)
+            (in_flight.into_response(), Outcome::Conflict)
         }
         Reservation::InFlight(r) => key_reused(request, &r.fingerprint),
         Reservation::Completed(r) => key_reused(request, &r.fingerprint),
         // Only `reserve` acquires, and its caller runs the request instead.
-        Reservation::Acquired(_) => (
-            ProxyError::StoreUnavailable.into_response(),
-            RequestOutcome::Rejected,
-        ),
+        Reservation::Acquired(_) => (Problem::StoreUnavailable.into_response(), Outcome::Rejected),
     }
 }
 
@@ -169,7 +167,7 @@ async fn acknowledge<S, B>(
     ctx: &Arc<Context>,
     inner: S,
     request: KeyedRequest,
-) -> (Response<Body>, RequestOutcome)
+) -> (Response<Body>, Outcome)
 where
     S: Inner<B>,
     B: AnswerBody,
@@ -182,10 +180,10 @@ where
 }
 
 /// `422 key-reused`, naming the parts in which the request differs from the one stored.
-fn key_reused(request: &KeyedRequest, stored: &Fingerprint) -> (Response<Body>, RequestOutcome) {
+fn key_reused(request: &KeyedRequest, stored: &Fingerprint) -> (Response<Body>, Outcome) {
     let differs = request.fingerprint.differing_parts(stored);
-    let reused = ProxyError::KeyReused { differs }.into_response();
-    (reused, RequestOutcome::Mismatch)
+    let reused = Problem::KeyReused { differs }.into_response();
+    (reused, Outcome::Mismatch)
 }
 
 fn waits(ctx: &Context) -> bool {
@@ -235,7 +233,7 @@ async fn store_failed<S, B>(
     inner: S,
     request: KeyedRequest,
     error: StoreError,
-) -> (Response<Body>, RequestOutcome)
+) -> (Response<Body>, Outcome)
 where
     S: Inner<B>,
     B: AnswerBody,
@@ -247,16 +245,16 @@ where
     // are refused even under fail_open.
     let refuse = matches!(error, StoreError::Corrupt(_) | StoreError::Recovering(_));
     if refuse || policy.on_store_error == StoreErrorPolicy::FailClosed {
-        let mut refused = ProxyError::StoreUnavailable.into_response();
+        let mut refused = Problem::StoreUnavailable.into_response();
         if let StoreError::Recovering(wait) = error {
             let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
             refused
                 .headers_mut()
                 .insert(http::header::RETRY_AFTER, seconds.into());
         }
-        return (refused, RequestOutcome::Rejected);
+        return (refused, Outcome::Rejected);
     }
     ctx.metrics.failed_open();
     let response = pass_through(inner, request.into_request()).await;
-    (response, RequestOutcome::Bypassed)
+    (response, Outcome::Bypassed)
 }

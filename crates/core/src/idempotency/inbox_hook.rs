@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use crate::model::RouteName;
 
 /// The name of the counter of acknowledged inbox requests, by route.
-pub const ACCEPTED_TOTAL: &str = "idempotency_inbox_accepted_total";
+pub(crate) const ACCEPTED_TOTAL: &str = "idempotency_inbox_accepted_total";
 
 /// The headers a queued request is delivered with, from the request as it arrived: the
 /// proxy's forwarding rules (hop-by-hop headers out, `X-Forwarded-For` in).

@@ -12,9 +12,9 @@ use axum_core::body::Body;
 use http::Response;
 
 use super::observer::{FinishedRequest, RequestObserver};
-use crate::error::{Cause, ProxyError};
+use crate::error::{Cause, Problem};
 use crate::model::RouteName;
-use crate::outcome::{RequestOutcome, OUTCOMES};
+use crate::outcome::{Outcome, OUTCOMES};
 
 /// The counter of requests by route and outcome (docs/reference.md#metrics).
 pub const REQUESTS_TOTAL: &str = "idempotency_requests_total";
@@ -66,15 +66,15 @@ impl RouteMetrics {
     /// any; the problem the proxy answered and the cause of a failure are read off the response.
     pub fn request_finished(
         &self,
-        outcome: RequestOutcome,
+        outcome: Outcome,
         response: &Response<Body>,
         key_id: Option<&str>,
         elapsed: Duration,
     ) {
         self.requests[outcome as usize].increment(1);
         let status = response.status().as_u16();
-        let problem = response.extensions().get::<ProxyError>();
-        if matches!(problem, Some(ProxyError::StoreUnavailable)) {
+        let problem = response.extensions().get::<Problem>();
+        if matches!(problem, Some(Problem::StoreUnavailable)) {
             self.store_unavailable.increment(1);
         }
         self.observer.request_finished(&FinishedRequest {

@@ -13,25 +13,24 @@ mod complete;
 mod context;
 mod detach;
 mod execute;
-#[doc(hidden)]
-pub mod extract;
+mod extract;
 mod flow;
 mod inbox_hook;
 mod layer;
-pub mod metrics;
+pub(crate) mod metrics;
 mod observer;
-pub mod policy;
+pub(crate) mod policy;
 mod policy_builder;
 mod replay;
 mod service;
-pub mod verify;
+#[cfg(feature = "webhooks")]
+pub(crate) mod verify;
 mod waiters;
 
 pub use context::{AnswerBody, Inner};
-pub use inbox_hook::{InboxHook, StoredHeaders, ACCEPTED_TOTAL};
+pub use inbox_hook::{InboxHook, StoredHeaders};
 pub use layer::{IdempotencyLayer, LayerBuilder};
 pub use metrics::RouteMetrics;
 pub use observer::{FinishedRequest, NoObserver, RequestObserver};
 pub use policy::{Policy, PolicyBuilder, PolicyError};
-pub use replay::IDEMPOTENT_REPLAYED;
 pub use service::{IdempotencyService, ResponseFuture};

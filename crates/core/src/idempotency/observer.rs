@@ -8,16 +8,16 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::error::{Cause, ProxyError};
+use crate::error::{Cause, Problem};
 use crate::grpc::GrpcCode;
-use crate::outcome::RequestOutcome;
+use crate::outcome::Outcome;
 
 /// One finished request, as the layer saw it.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct FinishedRequest<'a> {
     /// What the layer did with it.
-    pub outcome: RequestOutcome,
+    pub outcome: Outcome,
     /// The status it was answered with.
     pub status: u16,
     /// On a gRPC route, the call's `grpc-status`, where it is known (a stream passed on
@@ -28,7 +28,7 @@ pub struct FinishedRequest<'a> {
     /// How long it took, from arrival to the answer's head.
     pub elapsed: Duration,
     /// The problem the layer answered, if it answered one itself.
-    pub problem: Option<&'a ProxyError>,
+    pub problem: Option<&'a Problem>,
     /// Why it failed, for a log: never shown to the client.
     pub cause: Option<&'a Cause>,
 }

@@ -11,6 +11,7 @@ use http::{HeaderName, Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
 pub use super::policy_builder::PolicyBuilder;
+#[cfg(feature = "webhooks")]
 use super::verify::Verifier;
 use crate::grpc::{self, GrpcCode, Protocol};
 use crate::model::{FingerprintBody, RouteName};
@@ -27,7 +28,7 @@ pub enum KeySource {
 
 impl KeySource {
     /// An RFC 6901 pointer: empty (the whole body) or starting with `/`.
-    pub fn check_pointer(raw: &str) -> Result<(), String> {
+    pub(crate) fn check_pointer(raw: &str) -> Result<(), String> {
         if raw.is_empty() || raw.starts_with('/') {
             return Ok(());
         }
@@ -85,6 +86,10 @@ pub enum AmbiguousPolicy {
 }
 
 /// What a route does with a covered keyed request (docs/reference.md#inbox-routes).
+///
+/// Only the proxy serves [`RouteMode::Inbox`]: it delivers what the layer queued, and sets the
+/// mode from its config (the policy builder has no setter for it); a layer built for such a
+/// policy needs the proxy's [`InboxHook`](crate::proxy::InboxHook).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RouteMode {
@@ -109,17 +114,16 @@ pub enum StoreErrorPolicy {
 ///
 /// ```
 /// use std::time::Duration;
-/// use idempotency_core::model::RouteName;
 /// use idempotency_core::Policy;
 ///
-/// let policy = Policy::builder(RouteName::new("payments").unwrap())
+/// let policy = Policy::builder("payments")
 ///     .with_require_key(true)
 ///     .with_ttl(Duration::from_secs(3600))
 ///     .build()
 ///     .unwrap();
 /// assert!(policy.require_key);
 ///
-/// let refused = Policy::builder(RouteName::new("payments").unwrap())
+/// let refused = Policy::builder("payments")
 ///     .with_lease(Duration::ZERO)
 ///     .build()
 ///     .unwrap_err();
@@ -167,6 +171,7 @@ pub struct Policy {
     pub replay_exclude_headers: Vec<HeaderName>,
     /// The signature every covered request must carry (signed webhooks), checked before the
     /// key is reserved.
+    #[cfg(feature = "webhooks")]
     pub verify: Option<Verifier>,
     /// Forward (`proxy`, the default) or acknowledge and deliver later (`inbox`).
     pub mode: RouteMode,
@@ -181,9 +186,18 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// A builder starting from the defaults, for a route of this name.
-    pub fn builder(route: RouteName) -> PolicyBuilder {
-        PolicyBuilder::new(route)
+    /// A builder starting from the defaults, for a route of this name (1 to 64 letters,
+    /// digits, `-`, `_` or `.`; [`PolicyBuilder::build`] refuses any other).
+    ///
+    /// ```
+    /// use idempotency_core::Policy;
+    ///
+    /// let policy = Policy::builder("payments").with_require_key(true).build()?;
+    /// assert_eq!(policy.route.as_str(), "payments");
+    /// # Ok::<(), idempotency_core::PolicyError>(())
+    /// ```
+    pub fn builder(route: impl AsRef<str>) -> PolicyBuilder {
+        PolicyBuilder::new(route.as_ref())
     }
 
     /// The defaults for a route of this name: every request method but `POST` and `PATCH`
@@ -210,6 +224,7 @@ impl Policy {
             on_ambiguous: AmbiguousPolicy::Keep,
             on_store_error: StoreErrorPolicy::FailClosed,
             replay_exclude_headers: Vec::new(),
+            #[cfg(feature = "webhooks")]
             verify: None,
             mode: RouteMode::Proxy,
             inbox_ack_status: StatusCode::ACCEPTED,
@@ -249,17 +264,17 @@ impl Policy {
     }
 
     /// How a gRPC call's status is to be treated (docs/grpc.md#outcomes).
-    pub fn classify_grpc(&self, code: GrpcCode) -> Outcome {
+    pub(crate) fn classify_grpc(&self, code: GrpcCode) -> Effect {
         if self.grpc_release_on.contains(&code) {
-            Outcome::NotExecuted
+            Effect::NotExecuted
         } else {
-            Outcome::Definite
+            Effect::Definite
         }
     }
 
     /// How long the upstream may take for this request: `upstream_timeout`, or on a gRPC
     /// route the call's own `grpc-timeout` where that is shorter.
-    pub fn upstream_deadline(&self, headers: &http::HeaderMap) -> Duration {
+    pub(crate) fn upstream_deadline(&self, headers: &http::HeaderMap) -> Duration {
         if self.protocol == Protocol::Http {
             return self.upstream_timeout;
         }
@@ -268,7 +283,7 @@ impl Policy {
 
     /// Whether a keyed request with this body is a stream a gRPC route passes through
     /// unkeyed: anything but exactly one message, unless the route deduplicates streams.
-    pub fn is_unkeyed_stream(&self, body: &[u8]) -> bool {
+    pub(crate) fn is_unkeyed_stream(&self, body: &[u8]) -> bool {
         self.protocol == Protocol::Grpc
             && !self.grpc_keyed_streams
             && !grpc::is_single_message(body)
@@ -280,18 +295,18 @@ impl Policy {
     }
 
     /// How an upstream status is to be treated.
-    pub fn classify(&self, status: StatusCode) -> Outcome {
+    pub(crate) fn classify(&self, status: StatusCode) -> Effect {
         if self.release_on.contains(&status) {
-            Outcome::NotExecuted
+            Effect::NotExecuted
         } else if status == StatusCode::BAD_GATEWAY || status == StatusCode::GATEWAY_TIMEOUT {
-            Outcome::Ambiguous
+            Effect::Ambiguous
         } else {
-            Outcome::Definite
+            Effect::Definite
         }
     }
 
     /// How often the holder of a reservation renews its lease.
-    pub fn renew_every(&self) -> Duration {
+    pub(crate) fn renew_every(&self) -> Duration {
         (self.lease / 3).max(Duration::from_millis(10))
     }
 }
@@ -314,7 +329,7 @@ fn validate_grpc(policy: &Policy) -> Result<(), PolicyError> {
 
 /// What an upstream answer says about whether the operation ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Effect {
     /// It ran (or definitely failed): store and replay it.
     Definite,
     /// It did not run: free the key.
@@ -331,16 +346,16 @@ mod tests {
     fn statuses_are_classified_as_the_spec_says() {
         let policy = Policy::new(RouteName::new("r").unwrap());
         for (status, want) in [
-            (200, Outcome::Definite),
-            (201, Outcome::Definite),
-            (400, Outcome::Definite),
-            (500, Outcome::Definite),
-            (408, Outcome::NotExecuted),
-            (425, Outcome::NotExecuted),
-            (429, Outcome::NotExecuted),
-            (503, Outcome::NotExecuted),
-            (502, Outcome::Ambiguous),
-            (504, Outcome::Ambiguous),
+            (200, Effect::Definite),
+            (201, Effect::Definite),
+            (400, Effect::Definite),
+            (500, Effect::Definite),
+            (408, Effect::NotExecuted),
+            (425, Effect::NotExecuted),
+            (429, Effect::NotExecuted),
+            (503, Effect::NotExecuted),
+            (502, Effect::Ambiguous),
+            (504, Effect::Ambiguous),
         ] {
             assert_eq!(
                 policy.classify(StatusCode::from_u16(status).unwrap()),
@@ -354,7 +369,7 @@ mod tests {
     fn body_pointers_are_empty_or_rooted() {
         assert!(KeySource::check_pointer("").is_ok());
         assert!(KeySource::check_pointer("/data/id").is_ok());
-        let refused = Policy::builder(RouteName::new("r").unwrap())
+        let refused = Policy::builder("r")
             .with_key_body_pointer("data/id")
             .build()
             .unwrap_err();
@@ -364,7 +379,7 @@ mod tests {
 
     #[test]
     fn zero_durations_and_acknowledgements_that_are_not_2xx_are_refused() {
-        let route = || Policy::builder(RouteName::new("r").unwrap());
+        let route = || Policy::builder("r");
         let zero_ttl = route().with_ttl(Duration::ZERO).build().unwrap_err();
         assert_eq!(zero_ttl.to_string(), "key \"ttl\": must be more than zero: a zero ttl, lease or timeout would fail every request");
         let wait = route()
@@ -372,26 +387,24 @@ mod tests {
             .build()
             .unwrap_err();
         assert_eq!(wait.key(), "wait_timeout");
-        let ack = route().with_inbox_ack_status(StatusCode::OK).build();
-        assert!(ack.is_ok());
-        let not_2xx = route()
-            .with_inbox_ack_status(StatusCode::FOUND)
-            .build()
-            .unwrap_err();
-        assert_eq!(not_2xx.key(), "inbox_ack_status");
+        let mut ack = Policy::new(RouteName::new("r").unwrap());
+        ack.inbox_ack_status = StatusCode::OK;
+        assert!(ack.validate().is_ok());
+        ack.inbox_ack_status = StatusCode::FOUND;
+        assert_eq!(ack.validate().unwrap_err().key(), "inbox_ack_status");
         assert!(route().build().is_ok(), "the defaults are valid");
     }
 
     #[test]
     fn a_grpc_route_reads_its_statuses_and_deadlines_and_refuses_json_and_inbox() {
-        let grpc = || Policy::builder(RouteName::new("r").unwrap()).with_protocol(Protocol::Grpc);
+        let grpc = || Policy::builder("r").with_protocol(Protocol::Grpc);
         let policy = grpc().build().unwrap();
         assert_eq!(
             policy.classify_grpc(GrpcCode::UNAVAILABLE),
-            Outcome::NotExecuted
+            Effect::NotExecuted
         );
-        assert_eq!(policy.classify_grpc(GrpcCode::OK), Outcome::Definite);
-        assert_eq!(policy.classify_grpc(GrpcCode(13)), Outcome::Definite);
+        assert_eq!(policy.classify_grpc(GrpcCode::OK), Effect::Definite);
+        assert_eq!(policy.classify_grpc(GrpcCode(13)), Effect::Definite);
         let mut headers = http::HeaderMap::new();
         headers.insert("grpc-timeout", http::HeaderValue::from_static("200m"));
         assert_eq!(
@@ -410,8 +423,9 @@ mod tests {
         let json = FingerprintBody::Json { ignore: Vec::new() };
         let refused = grpc().with_fingerprint_body(json).build().unwrap_err();
         assert_eq!(refused.key(), "fingerprint_body");
-        let inbox = grpc().with_mode(RouteMode::Inbox).build().unwrap_err();
-        assert_eq!(inbox.key(), "mode");
+        let mut inbox = grpc().build().unwrap();
+        inbox.mode = RouteMode::Inbox;
+        assert_eq!(inbox.validate().unwrap_err().key(), "mode");
         let message = |body: &[u8]| [&[0, 0, 0, 0, body.len() as u8][..], body].concat();
         assert!(!policy.is_unkeyed_stream(&message(b"ab")));
         assert!(policy.is_unkeyed_stream(&[message(b"a"), message(b"b")].concat()));
@@ -427,7 +441,7 @@ mod tests {
         policy.release_on.push(StatusCode::BAD_GATEWAY);
         assert_eq!(
             policy.classify(StatusCode::BAD_GATEWAY),
-            Outcome::NotExecuted
+            Effect::NotExecuted
         );
     }
 }

@@ -5,12 +5,12 @@ use axum_core::body::Body;
 use http::{HeaderName, HeaderValue, Response};
 
 use super::buffer::with_trailers;
-use crate::error::ProxyError;
+use crate::error::Problem;
 use crate::grpc;
 use crate::model::{CompletedRecord, StoredBody};
 
 /// The header that marks an answer as coming from the store.
-pub static IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+pub(crate) static IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
 /// The stored answer, marked as a replay; a record whose body was not kept gets `410`.
 pub(super) fn replay(record: CompletedRecord) -> Response<Body> {
@@ -31,16 +31,16 @@ pub(super) fn replay(record: CompletedRecord) -> Response<Body> {
             *response.headers_mut() = record.headers;
             response
         }
-        StoredBody::NotKept => return ProxyError::ResponseNotKept.into_response(),
+        StoredBody::NotKept => return Problem::ResponseNotKept.into_response(),
         StoredBody::Problem(kind) => {
-            if let Some(problem) = ProxyError::stored(&kind) {
+            if let Some(problem) = Problem::stored(&kind) {
                 problem.into_response()
             } else {
                 tracing::error!(
                     kind,
                     "a stored record names a problem this proxy does not make"
                 );
-                return ProxyError::StoreUnavailable.into_response();
+                return Problem::StoreUnavailable.into_response();
             }
         }
     };
@@ -93,8 +93,8 @@ mod tests {
     fn a_record_without_its_body_replays_as_gone() {
         let response = replay(record(StoredBody::NotKept));
         assert_eq!(response.status(), StatusCode::GONE);
-        let problem = response.extensions().get::<ProxyError>();
-        assert_eq!(problem, Some(&ProxyError::ResponseNotKept));
+        let problem = response.extensions().get::<Problem>();
+        assert_eq!(problem, Some(&Problem::ResponseNotKept));
     }
 
     #[test]
@@ -102,8 +102,8 @@ mod tests {
         let response = replay(record(StoredBody::Problem("upstream-timeout".into())));
         assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
         assert_eq!(response.headers()["idempotent-replayed"], "true");
-        let problem = response.extensions().get::<ProxyError>();
-        assert_eq!(problem, Some(&ProxyError::UpstreamTimeout));
+        let problem = response.extensions().get::<Problem>();
+        assert_eq!(problem, Some(&Problem::UpstreamTimeout));
         let unknown = replay(record(StoredBody::Problem("no-such-problem".into())));
         assert_eq!(unknown.status(), StatusCode::SERVICE_UNAVAILABLE);
     }

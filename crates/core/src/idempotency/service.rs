@@ -63,7 +63,7 @@ impl<S> IdempotencyService<S> {
     /// shared list (the proxy's router) need not clone it first. A clone and its drop write
     /// each shared count the service holds, counts every worker thread writes, so each write
     /// moves a cache line between cores.
-    pub fn serve<ReqBody, ResBody>(&self, request: Request<ReqBody>) -> ResponseFuture
+    pub(crate) fn serve<ReqBody, ResBody>(&self, request: Request<ReqBody>) -> ResponseFuture
     where
         S: Inner<ResBody> + Clone,
         ReqBody: HttpBody<Data = Bytes, Error: Into<BoxError>> + Send + 'static,

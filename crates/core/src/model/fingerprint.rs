@@ -227,7 +227,7 @@ impl Fingerprint {
 
     /// The parts whose digests differ from `other`'s, in the order of [`Part::ALL`]; none when
     /// either fingerprint's parts are unknown.
-    pub fn differing_parts(&self, other: &Fingerprint) -> Vec<Part> {
+    pub(crate) fn differing_parts(&self, other: &Fingerprint) -> Vec<Part> {
         let (Some(mine), Some(theirs)) = (&self.parts, &other.parts) else {
             return Vec::new();
         };

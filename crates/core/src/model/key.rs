@@ -69,6 +69,33 @@ impl IdempotencyKey {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The key at an RFC 6901 JSON pointer in a body (`key_body_pointer`). A body that is not
+    /// JSON, or has no such member (or a null one), has no key; a string member is the key, and
+    /// so is an integer (some senders number their events); any other member is refused.
+    ///
+    /// ```
+    /// use idempotency_core::backend::IdempotencyKey;
+    ///
+    /// let event = br#"{"id": "evt_1", "attempt": 3}"#;
+    /// let key = IdempotencyKey::from_json_body(event, "/id").unwrap().unwrap();
+    /// assert_eq!(key.as_str(), "evt_1");
+    /// assert_eq!(IdempotencyKey::from_json_body(event, "/attempt").unwrap().unwrap().as_str(), "3");
+    /// assert_eq!(IdempotencyKey::from_json_body(b"not json", "/id"), Ok(None));
+    /// ```
+    pub fn from_json_body(body: &[u8], pointer: &str) -> Result<Option<Self>, KeyError> {
+        let Ok(document) = serde_json::from_slice::<serde_json::Value>(body) else {
+            return Ok(None);
+        };
+        match document.pointer(pointer) {
+            Some(serde_json::Value::String(s)) => Self::new(s.as_str()).map(Some),
+            Some(serde_json::Value::Number(n)) if n.is_i64() || n.is_u64() => {
+                Self::new(n.to_string()).map(Some)
+            }
+            Some(serde_json::Value::Null) | None => Ok(None),
+            Some(_) => Err(KeyError::NotVisibleAscii),
+        }
+    }
 }
 
 impl fmt::Debug for IdempotencyKey {
@@ -121,6 +148,12 @@ impl RouteName {
 
     /// The name as configured.
     pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for RouteName {
+    fn as_ref(&self) -> &str {
         &self.0
     }
 }
@@ -232,7 +265,7 @@ impl ScopedKey {
     /// The same name with the client's key replaced by its SHA-256, for a store whose contents
     /// must not show raw keys (encryption at rest). It is a plain digest, not keyed by the
     /// encryption key, so it stays the same across key rotation and admin lookups still find it.
-    pub fn with_hashed_key(&self) -> ScopedKey {
+    pub(crate) fn with_hashed_key(&self) -> ScopedKey {
         let digest = Sha256::digest(self.0.key.as_str().as_bytes());
         let key = IdempotencyKey(hex::encode(digest));
         Self::new(self.0.route.clone(), self.0.scope, key)

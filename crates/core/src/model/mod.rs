@@ -11,7 +11,7 @@ mod delivery;
 mod delivery_encoding;
 mod encoding;
 mod fingerprint;
-pub mod jcs;
+pub(crate) mod jcs;
 mod key;
 mod record;
 mod token;

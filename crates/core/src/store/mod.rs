@@ -14,6 +14,7 @@ mod digest_key;
 mod inbox;
 mod memory;
 mod replay_cache;
+#[cfg(feature = "sealing")]
 mod sealed;
 
 pub use api::{Fenced, Removal, Removed, Reservation, Store, StoreError};
@@ -21,4 +22,5 @@ pub use caching::CachingStore;
 pub use inbox::{Acceptance, Claim, Inbox, Settlement};
 pub use memory::MemoryStore;
 pub use replay_cache::ReplayCache;
+#[cfg(feature = "sealing")]
 pub use sealed::{SealedStore, SealingKey, SealingKeys};

@@ -142,7 +142,7 @@ impl ReplayCache {
     }
 
     /// Forgets `name_digest` (an operator dropped the record).
-    pub fn invalidate(&self, name_digest: &NameDigest) {
+    pub(crate) fn invalidate(&self, name_digest: &NameDigest) {
         let key = self.key(name_digest);
         let mut entries = self.entries();
         if let Some(dropped) = entries.map.remove(&key) {

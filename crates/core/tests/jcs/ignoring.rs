@@ -7,7 +7,10 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 
 use super::properties::{any_value, known_value, oracle, rendered, Json};
-use idempotency_core::model::jcs::{self, JsonPointer, NotIJson};
+use idempotency_core::policy::{
+    jcs::{self, NotIJson},
+    JsonPointer,
+};
 
 /// One step from a value to a member or element of it.
 #[derive(Debug, Clone, PartialEq)]

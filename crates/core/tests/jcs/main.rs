@@ -1,4 +1,4 @@
-//! RFC 8785 canonicalization ([`idempotency_core::model::jcs`]): the RFC's own examples and
+//! RFC 8785 canonicalization ([`idempotency_core::policy::jcs`]): the RFC's own examples and
 //! the reference implementation's test data, the ECMAScript number test sequence, JSON
 //! pointers, what is refused, and properties over generated documents, with and without
 //! members ignored.
@@ -10,7 +10,10 @@ mod properties;
 mod refusals;
 mod vectors;
 
-use idempotency_core::model::jcs::{self, JsonPointer, NotIJson};
+use idempotency_core::policy::{
+    jcs::{self, NotIJson},
+    JsonPointer,
+};
 
 /// The canonical form of `body` as text, with nothing ignored.
 fn canon(body: &str) -> Result<String, NotIJson> {

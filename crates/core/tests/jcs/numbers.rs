@@ -4,7 +4,7 @@
 use sha2::{Digest, Sha256};
 
 use super::canon;
-use idempotency_core::model::jcs::NotIJson;
+use idempotency_core::policy::jcs::NotIJson;
 
 /// The doubles `testdata/numgen.js` of github.com/cyberphone/json-canonicalization (Apache-2.0,
 /// Copyright 2006-2021 WebPKI.org) generates: these edge cases, then the 2000 doubles above the

@@ -1,7 +1,7 @@
 //! `fingerprint_ignore` pointers: their RFC 6901 syntax, and what removing them does.
 
 use super::canon_ignoring;
-use idempotency_core::model::jcs::JsonPointer;
+use idempotency_core::policy::JsonPointer;
 
 #[test]
 fn a_pointer_must_start_with_a_slash() {

@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 
-use idempotency_core::model::jcs::{self, NotIJson};
+use idempotency_core::policy::jcs::{self, NotIJson};
 
 /// Doubles whose ECMAScript form is known, so the expected canonical form can be written
 /// without the code under test.

@@ -1,7 +1,7 @@
 //! Bodies with no canonical form: not JSON, or JSON that is not I-JSON.
 
 use super::canon;
-use idempotency_core::model::jcs::{self, NotIJson, MAX_DEPTH};
+use idempotency_core::policy::jcs::{self, NotIJson, MAX_DEPTH};
 
 #[test]
 fn what_is_not_json_has_no_canonical_form() {

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::canon;
-use idempotency_core::model::jcs;
+use idempotency_core::policy::jcs;
 
 /// RFC 8785 section 3.2.2, and its UTF-8 bytes as section 3.2.4 lists them.
 #[test]

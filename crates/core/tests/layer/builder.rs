@@ -1,44 +1,55 @@
-//! Building a layer: a policy is checked once, in the same words whoever builds it, and a
-//! setting only the proxy can serve is refused with a reason, not at the first request.
+//! Building a layer: a policy is checked once, when it is built, in the same words whoever
+//! builds it; the layer then cannot be refused, and a setting only the proxy can serve is
+//! refused at build time, not at the first request.
 
 use std::sync::Arc;
 
-use idempotency_core::idempotency::policy::RouteMode;
-use idempotency_core::idempotency::InboxHook;
-use idempotency_core::model::RouteName;
+use idempotency_core::backend::RouteName;
+use idempotency_core::policy::RouteMode;
+use idempotency_core::proxy::InboxHook;
 use idempotency_core::{IdempotencyLayer, Policy};
 use tokio::sync::Notify;
 
 use crate::harness::memory;
 
-fn route() -> RouteName {
-    RouteName::new("payments").unwrap()
+#[test]
+fn a_route_name_and_a_value_are_refused_by_the_one_fallible_step() {
+    let refused = Policy::builder("pay ments").build().unwrap_err();
+    assert_eq!(refused.key(), "name");
+    assert!(refused.reason().contains("1 to 64 characters"), "{refused}");
+    let zero = Policy::builder("payments")
+        .with_lease(std::time::Duration::ZERO)
+        .build()
+        .unwrap_err();
+    assert_eq!(zero.key(), "lease");
 }
 
 #[test]
-fn an_inbox_policy_is_refused_by_a_layer_that_cannot_deliver() {
-    let policy = Policy::builder(route())
-        .with_mode(RouteMode::Inbox)
-        .build()
-        .expect("an inbox policy is a valid policy");
-    let refused = IdempotencyLayer::new(memory(), policy.clone()).unwrap_err();
-    assert_eq!(refused.key(), "mode");
-    assert!(refused.reason().contains("use mode = proxy"), "{refused}");
+#[should_panic(expected = "use mode = proxy")]
+fn an_inbox_policy_cannot_be_served_by_a_layer_that_cannot_deliver() {
+    let mut policy = Policy::builder("payments").build().unwrap();
+    policy.mode = RouteMode::Inbox;
+    let _ = IdempotencyLayer::new(memory(), policy);
+}
 
-    // With the proxy's delivery hook and a store that keeps queues, the same policy builds.
-    let hook = InboxHook::new(&route(), Arc::new(Notify::new()), |parts| {
+#[test]
+fn an_inbox_policy_with_the_proxys_hook_builds() {
+    let mut policy = Policy::builder("payments").build().unwrap();
+    policy.mode = RouteMode::Inbox;
+    let route = RouteName::new("payments").unwrap();
+    let hook = InboxHook::new(&route, Arc::new(Notify::new()), |parts| {
         parts.headers.clone()
     });
     let layer = IdempotencyLayer::builder(memory(), policy)
         .with_inbox(hook)
         .build();
-    assert!(layer.is_ok());
+    assert_eq!(layer.policy().mode, RouteMode::Inbox);
 }
 
 #[test]
+#[should_panic(expected = "\"lease\"")]
 fn a_policy_changed_after_building_is_checked_again_by_the_layer() {
-    let mut policy = Policy::builder(route()).build().unwrap();
+    let mut policy = Policy::builder("payments").build().unwrap();
     policy.lease = std::time::Duration::ZERO;
-    let refused = IdempotencyLayer::new(memory(), policy).unwrap_err();
-    assert_eq!(refused.key(), "lease");
+    let _ = IdempotencyLayer::new(memory(), policy);
 }

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use http::{Request, Response, StatusCode};
-use idempotency_core::model::RouteName;
-use idempotency_core::store::{MemoryStore, Store};
+use idempotency_core::backend::RouteName;
 use idempotency_core::{IdempotencyLayer, Policy, ProblemLayer};
+use idempotency_core::{MemoryStore, Store};
 use tower::{Layer, Service, ServiceExt};
 
 use idempotency_test_support::answer::Answer;
@@ -25,7 +25,7 @@ where
     S::Future: Send + 'static,
     S::Error: Into<idempotency_core::BoxError> + Send + 'static,
 {
-    let layer = IdempotencyLayer::new(store, policy).expect("a valid policy");
+    let layer = IdempotencyLayer::new(store, policy);
     let layered = layer.layer(inner);
     ProblemLayer::default().layer(layered)
 }

@@ -8,9 +8,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use axum::body::Body;
 use http::{Response, StatusCode};
-use idempotency_core::model::{CompletedRecord, FencingToken, Fingerprint, Record, ScopedKey};
-use idempotency_core::store::{
-    Fenced, MemoryStore, Removal, Removed, Reservation, Store, StoreError,
+use idempotency_core::backend::{CompletedRecord, FencingToken, Fingerprint, Record, ScopedKey};
+use idempotency_core::{
+    backend::{Fenced, Removal, Removed, Reservation},
+    MemoryStore, Store, StoreError,
 };
 use tower::ServiceExt;
 use tower_test::mock;

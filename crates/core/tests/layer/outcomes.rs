@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use axum::body::Body;
 use http::{Response, StatusCode};
-use idempotency_core::error::RequestNotSent;
-use idempotency_core::idempotency::policy::{AmbiguousPolicy, ConcurrentPolicy};
+use idempotency_core::policy::{AmbiguousPolicy, ConcurrentPolicy};
+use idempotency_core::RequestNotSent;
 use tower::ServiceExt;
 use tower_test::mock;
 

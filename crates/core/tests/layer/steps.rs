@@ -75,7 +75,7 @@ async fn an_invalid_key_is_refused() {
 async fn a_body_over_the_limit_is_refused_and_reserves_nothing() {
     let upstream = Counting::default();
     let mut small = policy();
-    small.max_request_body = idempotency_core::units::ByteSize::bytes(4);
+    small.max_request_body = idempotency_core::policy::ByteSize::bytes(4);
     let service = stack(memory(), small, upstream.service());
     let answer = send(&service, post(Some("big"), "{\"x\":123}")).await;
     assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);

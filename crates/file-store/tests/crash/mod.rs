@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use idempotency_core::model::{Record, ScopedKey};
-use idempotency_core::store::Store;
+use idempotency_core::backend::{Record, ScopedKey};
+use idempotency_core::Store;
 use idempotency_file_store::{FileStore, FileStoreOptions};
 use idempotency_test_support::records::{acquire, key, outcome};
 use idempotency_test_support::temp::TempPath;

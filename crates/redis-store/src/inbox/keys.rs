@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use idempotency_core::model::{FencingToken, RouteName, ScopedKey};
+use idempotency_core::backend::{FencingToken, RouteName, ScopedKey};
 
 /// How many shards a cluster splits each route's queue into.
 pub(crate) const CLUSTER_SHARDS: u16 = 16;
@@ -188,7 +188,7 @@ impl Resting {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use idempotency_core::model::IdempotencyKey;
+    use idempotency_core::backend::IdempotencyKey;
 
     fn key(raw: &str) -> ScopedKey {
         let route = RouteName::new("hooks").unwrap();

@@ -33,11 +33,11 @@ use bytes::Bytes;
 
 use crate::commands::millis;
 use crate::store::{RedisConnection, RedisStore};
-use idempotency_core::model::{
+use idempotency_core::backend::{
     unix_millis, CompletedRecord, Delivery, DeliveryId, InboxQueues, Record, RouteName, ScopedKey,
 };
-use idempotency_core::store::{Acceptance, Claim, Inbox, Settlement};
-use idempotency_core::store::{Fenced, StoreError};
+use idempotency_core::backend::{Acceptance, Claim, Inbox, Settlement};
+use idempotency_core::{backend::Fenced, StoreError};
 use keys::{token_shard, ShardKeys};
 use scripts::{ACCEPT, REMOVE_DEAD, RETRY_DEAD};
 use shard::error_arg;

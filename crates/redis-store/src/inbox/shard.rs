@@ -1,6 +1,6 @@
 //! The Redis store's inbox operations on one queue shard (`inbox/keys.rs`), each one
 //! script call (`inbox/scripts.rs`), and how a delivery is read back from a script's rows.
-//! `inbox/mod.rs` puts them together into the [`Inbox`](idempotency_core::store::Inbox) operations of a route.
+//! `inbox/mod.rs` puts them together into the [`Inbox`](idempotency_core::backend::Inbox) operations of a route.
 
 use std::time::{Duration, SystemTime};
 
@@ -12,12 +12,12 @@ use super::keys::{claim_token, ShardKeys};
 use super::scripts::{CLAIM, DEAD, QUEUES, SETTLE};
 use crate::scripts::{Call, Lua};
 use crate::store::{RedisConnection, RedisStore};
-use idempotency_core::model::{
+use idempotency_core::backend::{
     unix_millis, AttemptFailure, Delivery, FencingToken, Record, RecordError, RouteName, ScopedKey,
     MAX_ERROR_LEN,
 };
-use idempotency_core::store::{Claim, Settlement};
-use idempotency_core::store::{Fenced, StoreError};
+use idempotency_core::backend::{Claim, Settlement};
+use idempotency_core::{backend::Fenced, StoreError};
 
 /// The least a shard's claim may wait for its answer, however short the lease.
 const MIN_SHARD_WAIT: Duration = Duration::from_millis(100);

@@ -8,11 +8,14 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
-use idempotency_core::model::{
+use idempotency_core::backend::{
     AttemptFailure, CompletedRecord, Delivery, DeliveryId, FencingToken, InboxQueues, Record,
     RouteName, ScopedKey, StoredBody, StoredRequest,
 };
-use idempotency_core::store::{Acceptance, Claim, Fenced, Inbox, Settlement, Store};
+use idempotency_core::{
+    backend::{Acceptance, Claim, Fenced, Inbox, Settlement},
+    Store,
+};
 
 use crate::records::{fp, scoped};
 
@@ -33,7 +36,7 @@ fn inbox(store: &dyn Store) -> &dyn Inbox {
 
 /// Whole milliseconds, as stores keep times.
 fn at(seconds_ago: u64) -> SystemTime {
-    let now = idempotency_core::model::now_millis() - seconds_ago * 1000;
+    let now = idempotency_core::backend::now_millis() - seconds_ago * 1000;
     SystemTime::UNIX_EPOCH + Duration::from_millis(now)
 }
 

@@ -18,8 +18,11 @@ use std::time::Duration;
 
 use crate::records::{self, acquire, big_body, fp, outcome, scoped, small_body};
 use http::StatusCode;
-use idempotency_core::model::{FencingToken, Record, ScopedKey, StoredBody};
-use idempotency_core::store::{Fenced, Removal, Removed, Reservation, Store};
+use idempotency_core::backend::{FencingToken, Record, ScopedKey, StoredBody};
+use idempotency_core::{
+    backend::{Fenced, Removal, Removed, Reservation},
+    Store,
+};
 use tokio::time::sleep;
 
 /// A lease or ttl longer than any case runs.

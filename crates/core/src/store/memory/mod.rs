@@ -29,8 +29,8 @@ use queues::MemoryQueues;
 ///
 /// ```
 /// use std::time::Duration;
-/// use idempotency_core::model::{Fingerprint, IdempotencyKey, RouteName, ScopedKey};
-/// use idempotency_core::store::{MemoryStore, Reservation, Store};
+/// use idempotency_core::backend::{Fingerprint, IdempotencyKey, RouteName, ScopedKey};
+/// use idempotency_core::{MemoryStore, Store, backend::Reservation};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
