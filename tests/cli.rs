@@ -293,3 +293,37 @@ fn environment_variables_stand_in_for_flags_and_flags_beat_them() {
     let flagged = check(&["--listen", "127.0.0.1:8282"]);
     assert!(flagged.contains("listen = \"127.0.0.1:8282\""), "{flagged}");
 }
+
+/// A store URL may carry its password inline; `--check` prints it masked, never as written,
+/// and so does the refusal of a store value it cannot use.
+#[test]
+fn check_never_prints_a_store_password() {
+    let postgres = config_file(
+        "postgres-password.toml",
+        "upstream = \"http://127.0.0.1:9\"\nstore = \"postgres://app:hunter2@db.internal:5432/app?sslmode=require\"\n",
+    );
+    let output = run(&["--config", postgres.to_str().unwrap(), "--check"]);
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(!printed.contains("hunter2"), "{printed}");
+    assert!(
+        printed.contains("store = \"postgres://app:***@db.internal:5432/app?sslmode=require\""),
+        "{printed}"
+    );
+
+    let redis = ["--upstream", "http://127.0.0.1:9", "--check", "--store"];
+    let output = run(&[&redis[..], &["redis://:hunter2@127.0.0.1:6379/2"]].concat());
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(!printed.contains("hunter2"), "{printed}");
+    assert!(
+        printed.contains("store = \"redis://:***@127.0.0.1:6379/2\""),
+        "{printed}"
+    );
+
+    let refused = run(&[&redis[..], &["mysql://app:hunter2@db/app"]].concat());
+    let message = stderr_line(&refused);
+    assert_eq!(refused.status.code(), Some(2), "{message}");
+    assert!(!message.contains("hunter2"), "{message}");
+    assert!(message.contains("mysql://app:***@db/app"), "{message}");
+}

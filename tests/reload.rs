@@ -186,6 +186,47 @@ async fn an_invalid_file_or_a_changed_store_changes_nothing() {
     assert!(reloads_counted(&proxy, "error").await >= refusals_before + 3);
 }
 
+/// A refused change of the store names both values with their passwords masked: the answer,
+/// the reload state and the log line (which says the same reason) never hold a password.
+#[tokio::test]
+async fn a_refused_store_change_never_shows_a_password() {
+    let upstream = TestUpstream::start().await;
+    // The file names a Redis store; the test proxy serves from memory, as the running config
+    // is all a reload compares against.
+    let running = config(&upstream.url(), false).replace(
+        "store = \"memory\"",
+        "store = \"redis://:hunter2@127.0.0.1:6379/0\"",
+    );
+    let file = config_file("password", &running);
+    let (proxy, handle) = TestProxy::from_file(&file, Arc::new(MemoryStore::new())).await;
+    let cases = [
+        (
+            "store = \"postgres://app:hunter3@127.0.0.1:5432/app\"",
+            "redis://:***@127.0.0.1:6379/0 -> postgres://app:***@127.0.0.1:5432/app",
+        ),
+        // Only the password differs: still refused, and still not shown.
+        (
+            "store = \"redis://:hunter3@127.0.0.1:6379/0\"",
+            "redis://:***@127.0.0.1:6379/0 -> redis://:***@127.0.0.1:6379/0 (another password)",
+        ),
+    ];
+    for (store, shown) in cases {
+        let text = running.replace("store = \"redis://:hunter2@127.0.0.1:6379/0\"", store);
+        std::fs::write(&file, &text).unwrap();
+        let refused = reload(&proxy).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{refused:?}");
+        let detail = refused.json()["detail"].as_str().unwrap().to_owned();
+        assert!(detail.contains(shown), "{detail}");
+        for secret in ["hunter2", "hunter3"] {
+            assert!(
+                !String::from_utf8_lossy(&refused.body).contains(secret),
+                "{refused:?}"
+            );
+        }
+        assert_eq!(handle.reload_state().last.unwrap().1, Err(detail));
+    }
+}
+
 #[tokio::test]
 async fn the_reload_endpoint_and_a_changed_token_are_guarded() {
     let upstream = TestUpstream::start().await;

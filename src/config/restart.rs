@@ -85,6 +85,15 @@ fn serving(settings: &Settings) -> &'static str {
     }
 }
 
+/// The two stores as shown (passwords masked), told apart when only a password changed.
+fn stores(running: &Settings, new: &Settings) -> (String, String) {
+    let (was, now) = (running.store.to_string(), new.store.to_string());
+    if running.store != new.store && was == now {
+        return (was, format!("{now} (another password)"));
+    }
+    (was, now)
+}
+
 /// Refuses `new` if it changes a key only a restart can change from what `running` has.
 pub(super) fn unchanged(
     src: &Source,
@@ -100,6 +109,7 @@ pub(super) fn unchanged(
             "plain HTTP"
         }
     };
+    let (was_store, now_store) = stores(running, new);
     let keys = [
         (
             "listen",
@@ -113,12 +123,7 @@ pub(super) fn unchanged(
             address(running.admin_listen),
             address(new.admin_listen),
         ),
-        (
-            "store",
-            &at.store,
-            running.store.to_string(),
-            new.store.to_string(),
-        ),
+        ("store", &at.store, was_store, now_store),
         // The Postgres store's pool and tables are made once, at start.
         (
             "store_schema",

@@ -84,21 +84,44 @@ impl FromStr for StoreSpec {
             return Ok(StoreSpec::RedisCluster(nodes));
         }
         Err(StoreSpecError(format!(
-            "unknown store {raw:?}: expected memory, file:PATH, redis://HOST:PORT[/DB], rediss://…, redis+cluster://HOST:PORT[,…], postgres://USER@HOST:PORT/DB or env:NAME holding one"
+            "unknown store {:?}: expected memory, file:PATH, redis://HOST:PORT[/DB], rediss://…, redis+cluster://HOST:PORT[,…], postgres://USER@HOST:PORT/DB or env:NAME holding one",
+            masked(raw)
         )))
     }
 }
 
+/// The value with its URL's password replaced by `***`, the rest as written: how a store is
+/// shown in `--check`, log lines and refusals, since a Redis or Postgres URL may carry its
+/// password inline. `env:NAME` and `file:PATH` references carry none and stay as they are.
+fn masked(value: &str) -> String {
+    let (scheme, rest) = value.split_once("://").unwrap_or(("", value));
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return value.to_owned();
+    };
+    let Some((user, _password)) = userinfo.split_once(':') else {
+        return value.to_owned();
+    };
+    let scheme = if scheme.is_empty() {
+        String::new()
+    } else {
+        format!("{scheme}://")
+    };
+    format!("{scheme}{user}:***@{host}{tail}")
+}
+
+/// Shown with any password masked ([`masked`]); the variants keep the value whole for opening.
 impl fmt::Display for StoreSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreSpec::Memory => f.write_str("memory"),
             StoreSpec::File(path) => write!(f, "file:{}", path.display()),
-            StoreSpec::Redis(url) | StoreSpec::Postgres(url) => f.write_str(url),
+            StoreSpec::Redis(url) | StoreSpec::Postgres(url) => f.write_str(&masked(url)),
             StoreSpec::RedisCluster(nodes) => {
-                let hosts: Vec<&str> = nodes
+                let hosts: Vec<String> = nodes
                     .iter()
-                    .map(|n| n.trim_start_matches("redis://"))
+                    .map(|n| masked(n.trim_start_matches("redis://")))
                     .collect();
                 write!(f, "redis+cluster://{}", hosts.join(","))
             }
@@ -169,6 +192,28 @@ mod tests {
         assert_eq!(spec.kind(), "postgres");
         let missing: StoreSpec = "file:/no/such/store.db".parse().unwrap();
         assert_eq!(missing.kind(), "file");
+    }
+
+    #[test]
+    fn a_password_is_shown_masked() {
+        for (raw, shown) in [
+            (
+                "postgres://app:hunter2@db:5432/app?sslmode=require",
+                "postgres://app:***@db:5432/app?sslmode=require",
+            ),
+            ("redis://:hunter2@h:6379/2", "redis://:***@h:6379/2"),
+            ("rediss://u:hunter2@h", "rediss://u:***@h"),
+            (
+                "redis+cluster://:hunter2@a:1,:hunter2@b:2",
+                "redis+cluster://:***@a:1,:***@b:2",
+            ),
+            ("postgres://app@db/app", "postgres://app@db/app"),
+        ] {
+            let spec: StoreSpec = raw.parse().unwrap();
+            assert_eq!(spec.to_string(), shown);
+        }
+        let refused = "mysql://u:hunter2@h".parse::<StoreSpec>().unwrap_err();
+        assert!(!refused.to_string().contains("hunter2"), "{refused}");
     }
 
     #[test]
