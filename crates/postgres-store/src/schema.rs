@@ -184,5 +184,5 @@ fn difference(wanted: &[(String, String, bool)], found: &[(String, String, bool)
 
 #[allow(clippy::needless_pass_by_value)] // the shape `map_err` hands it
 fn unavailable(e: tokio_postgres::Error) -> StoreError {
-    StoreError::Unavailable(e.to_string())
+    StoreError::Unavailable(crate::store::described(&e))
 }

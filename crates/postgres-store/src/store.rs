@@ -417,8 +417,20 @@ pub(crate) fn db_error(e: &tokio_postgres::Error, limit: Duration) -> StoreError
     match e.as_db_error() {
         Some(db) if *db.code() == SqlState::QUERY_CANCELED => StoreError::Timeout(limit),
         Some(db) => StoreError::Unavailable(format!("{}: {}", db.code().code(), db.message())),
-        None => StoreError::Unavailable(e.to_string()),
+        None => StoreError::Unavailable(described(e)),
     }
+}
+
+/// The client's error with its causes: "error performing TLS handshake" says nothing of why
+/// until its source ("invalid peer certificate: UnknownIssuer") is added. None quotes the URL.
+pub(crate) fn described(e: &tokio_postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
 }
 
 fn pool_failure(e: PoolError, limit: Duration) -> StoreError {
