@@ -310,3 +310,55 @@ async fn the_binary_serves_from_a_url_given_by_env_and_creates_its_schema() {
     let rows = server.psql_on(&database, "SELECT count(*) FROM proxy.idempotency_records");
     assert_eq!(rows, "1");
 }
+
+/// An inline URL's password never reaches the log: not in the start's line naming the store,
+/// nor in a refused reload's line naming the old and new values. (The private server trusts
+/// its local connections, so the password is carried but never checked.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_never_logs_the_store_password() {
+    let Some(server) = tokio::task::block_in_place(shared_postgres) else {
+        return;
+    };
+    let url = server.fresh_database();
+    let with_password = |password: &str| {
+        let written = url.replace("postgres@", &format!("postgres:{password}@"));
+        format!("store = \"{written}\"\n")
+    };
+    let masked = url.replace("postgres@", "postgres:***@");
+    let upstream = TestUpstream::start().await;
+    let config = common::temp::TempPath::new("postgres-password.toml");
+    std::fs::write(config.path(), with_password("hunter2")).unwrap();
+    let log_file = common::temp::TempPath::new("postgres-password.log");
+    let log = std::fs::File::create(log_file.path()).unwrap();
+    let config_path = config.path().to_str().unwrap().to_owned();
+    let (child, client) =
+        common::binary::start_binary_logging(&upstream.url(), &["--config", &config_path], || {
+            std::process::Stdio::from(log.try_clone().unwrap())
+        })
+        .await;
+    let first = client.post("/v1/charges", "logged", BODY).await;
+    assert_eq!(first.status, 201, "{first:?}");
+
+    std::fs::write(config.path(), with_password("hunter3")).unwrap();
+    common::signal::send(child.id().unwrap(), "HUP");
+    let read = || std::fs::read_to_string(log_file.path()).unwrap();
+    let refused = async || read().contains("config reload refused");
+    poll::until(
+        Duration::from_secs(10),
+        "the refused reload logged",
+        refused,
+    )
+    .await;
+    let text = read();
+    assert!(
+        !text.contains("hunter2") && !text.contains("hunter3"),
+        "{text}"
+    );
+    let listening = text.lines().find(|l| l.contains("proxy listening"));
+    assert!(listening.is_some_and(|l| l.contains(&masked)), "{text}");
+    let reload = text.lines().find(|l| l.contains("config reload refused"));
+    assert!(
+        reload.is_some_and(|l| l.contains(&format!("{masked} -> {masked} (another password)"))),
+        "{text}"
+    );
+}
