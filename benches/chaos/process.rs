@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
+use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 pub struct Process {
@@ -170,4 +171,56 @@ pub fn low_ports(count: usize) -> Vec<u16> {
     }
     assert_eq!(ports.len(), count, "no {count} free loopback ports");
     ports
+}
+
+/// A process the campaign keeps running, and the port that says it is up. A restart tries
+/// again while the process exits at start (a store or database that is down keeps it from
+/// starting), as a process supervisor would, for at most `restart_limit`.
+pub struct Supervised {
+    pub port: u16,
+    process: Mutex<Process>,
+    restart_limit: Duration,
+}
+
+impl Supervised {
+    pub fn new(process: Process, port: u16, restart_limit: Duration) -> Self {
+        Self {
+            port,
+            process: Mutex::new(process),
+            restart_limit,
+        }
+    }
+
+    /// Starts the process and waits until it listens; tries again while it exits at start.
+    pub async fn start(&self) -> bool {
+        let deadline = Instant::now() + self.restart_limit;
+        let mut process = self.process.lock().await;
+        while Instant::now() < deadline {
+            if process.spawn().is_err() {
+                return false;
+            }
+            let up = wait_ready(self.port, false, Duration::from_secs(10), || {
+                process.exited()
+            })
+            .await;
+            if up {
+                return true;
+            }
+            process.kill().await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        false
+    }
+
+    pub async fn kill(&self) {
+        self.process.lock().await.kill().await;
+    }
+
+    pub async fn pause(&self) {
+        self.process.lock().await.pause();
+    }
+
+    pub async fn resume(&self) {
+        self.process.lock().await.resume();
+    }
 }

@@ -7,10 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use tokio::sync::Mutex;
-use tokio::time::Instant;
-
-use crate::process::{self, Process};
+use crate::process::{self, Process, Supervised};
 use crate::stores::Store;
 
 /// How long a reservation lives without renewal: short, so a paused or killed holder frees
@@ -21,45 +18,8 @@ pub const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a restart keeps trying (a store that is down keeps a proxy from starting).
 const RESTART_LIMIT: Duration = Duration::from_secs(90);
 
-pub struct Proxy {
-    pub port: u16,
-    process: Mutex<Process>,
-}
-
-impl Proxy {
-    /// Starts the process and waits until it listens; tries again while it exits at start.
-    pub async fn start(&self) -> bool {
-        let deadline = Instant::now() + RESTART_LIMIT;
-        let mut process = self.process.lock().await;
-        while Instant::now() < deadline {
-            if process.spawn().is_err() {
-                return false;
-            }
-            let up = process::wait_ready(self.port, false, Duration::from_secs(10), || {
-                process.exited()
-            })
-            .await;
-            if up {
-                return true;
-            }
-            process.kill().await;
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        false
-    }
-
-    pub async fn kill(&self) {
-        self.process.lock().await.kill().await;
-    }
-
-    pub async fn pause(&self) {
-        self.process.lock().await.pause();
-    }
-
-    pub async fn resume(&self) {
-        self.process.lock().await.resume();
-    }
-}
+/// A process of the campaign's, kept running by the nemesis's kills and restarts.
+pub type Proxy = Supervised;
 
 /// Writes each replica's config and starts them all.
 pub async fn start(
@@ -78,10 +38,7 @@ pub async fn start(
         let log = run.join(format!("proxy-{index}.log"));
         // Warnings only (store and lease trouble): a line per request would fill the disk.
         let process = Process::new(binary, args, log, run).with_env("RUST_LOG", "warn");
-        let proxy = Proxy {
-            port,
-            process: Mutex::new(process),
-        };
+        let proxy = Supervised::new(process, port, RESTART_LIMIT);
         if !proxy.start().await {
             return Err(format!(
                 "proxy {index} did not start; see proxy-{index}.log"

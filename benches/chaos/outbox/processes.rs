@@ -8,10 +8,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use tokio::sync::Mutex;
-use tokio::time::Instant;
-
-use crate::process::{self, Process};
+use crate::process::{self, Process, Supervised};
 
 /// The relays' lease: short, so a killed relay's rows are sent again within the campaign.
 pub const LEASE: Duration = Duration::from_secs(2);
@@ -21,45 +18,8 @@ pub const DELIVER_TIMEOUT: Duration = Duration::from_secs(1);
 const RESTART_LIMIT: Duration = Duration::from_secs(60);
 
 /// A process and the port that says it is up.
-pub struct Service {
-    pub port: u16,
-    process: Mutex<Process>,
-}
-
-impl Service {
-    /// Starts the process and waits until it listens; tries again while it exits at start.
-    pub async fn start(&self) -> bool {
-        let deadline = Instant::now() + RESTART_LIMIT;
-        let mut process = self.process.lock().await;
-        while Instant::now() < deadline {
-            if process.spawn().is_err() {
-                return false;
-            }
-            let up = process::wait_ready(self.port, false, Duration::from_secs(10), || {
-                process.exited()
-            })
-            .await;
-            if up {
-                return true;
-            }
-            process.kill().await;
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        false
-    }
-
-    pub async fn kill(&self) {
-        self.process.lock().await.kill().await;
-    }
-
-    pub async fn pause(&self) {
-        self.process.lock().await.pause();
-    }
-
-    pub async fn resume(&self) {
-        self.process.lock().await.resume();
-    }
-}
+/// A process of the campaign's, kept running by the nemesis's kills and restarts.
+pub type Service = Supervised;
 
 /// Writes `config` as `<name>.toml` in the run directory and starts the binary on it.
 async fn service(
@@ -74,10 +34,7 @@ async fn service(
     let args = vec!["--config".to_owned(), path.display().to_string()];
     let log = run.join(format!("{name}.log"));
     let process = Process::new(binary, args, log, run).with_env("RUST_LOG", "warn");
-    let service = Service {
-        port,
-        process: Mutex::new(process),
-    };
+    let service = Supervised::new(process, port, RESTART_LIMIT);
     if !service.start().await {
         return Err(format!("{name} did not start; see {name}.log"));
     }
