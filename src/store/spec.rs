@@ -111,7 +111,7 @@ fn masked(value: &str) -> String {
     format!("{scheme}{user}:***@{host}{tail}")
 }
 
-/// Shown with any password masked ([`masked`]); the variants keep the value whole for opening.
+/// Shown with any password masked as `***`; the variants keep the value whole for opening.
 impl fmt::Display for StoreSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
