@@ -67,7 +67,7 @@ pub(crate) async fn check(settings: &[OutboxSettings]) -> Result<Checked, String
         };
         let opened = Outbox::new(outbox.relay.clone(), outbox.database.clone(), options)
             .map_err(|e| format!("outbox {:?}: {e}", outbox.relay.name.as_str()))?;
-        match opened.check_table().await {
+        match opened.prepare_table().await {
             Ok(_) => {}
             Err(OutboxError::Table(problems)) => {
                 refused.push(format!(

@@ -183,6 +183,28 @@ impl PostgresServer {
         signal::send(self.pid(), "STOP");
     }
 
+    /// Stops the whole server with SIGSTOP, the backends serving sessions too: open
+    /// connections stay open and nothing at all is answered, as with a database whose path
+    /// drops packets. The server runs again (SIGCONT) when the guard is dropped, even when the
+    /// test fails.
+    pub fn freeze(&self) -> Frozen {
+        let mut pids = vec![self.pid()];
+        let children = Command::new("pgrep")
+            .args(["-P", &self.pid().to_string()])
+            .output()
+            .expect("pgrep runs");
+        pids.extend(
+            String::from_utf8_lossy(&children.stdout)
+                .lines()
+                .filter_map(|line| line.trim().parse::<u32>().ok()),
+        );
+        // Children first, so the postmaster cannot notice a stopped child.
+        for pid in pids.iter().rev() {
+            signal::send(*pid, "STOP");
+        }
+        Frozen { pids }
+    }
+
     /// Lets a paused postmaster run again (SIGCONT).
     pub fn resume(&self) {
         signal::send(self.pid(), "CONT");
@@ -279,6 +301,22 @@ impl Drop for PostgresServer {
     fn drop(&mut self) {
         self.stop(Shutdown::Immediate);
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A server frozen by [`PostgresServer::freeze`]: thawed when dropped.
+#[must_use = "the server is thawed when this is dropped"]
+pub struct Frozen {
+    pids: Vec<u32>,
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        for pid in &self.pids {
+            let _ = Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status();
+        }
     }
 }
 
