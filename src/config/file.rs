@@ -116,6 +116,12 @@ pub(super) struct OutboxTable {
     pub(super) upstream_client_cert: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) upstream_client_key: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) database_ca: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) pool_size: Option<Spanned<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) statement_timeout: Option<Spanned<String>>,
 }
 
 /// `on_dead`: what later rows of an aggregate do while an earlier one is dead.

@@ -26,12 +26,14 @@ async fn a_database_that_stops_answering_pauses_the_relay_and_it_says_so() {
     assert_eq!(relay.health(), Health::Ready);
 
     let frozen = server.freeze();
-    let why = poll::until(WAIT, "the relay says the database does not answer", async || {
-        match relay.health() {
+    let why = poll::until(
+        WAIT,
+        "the relay says the database does not answer",
+        async || match relay.health() {
             Health::Unreachable(why) => Some(why),
             _ => None,
-        }
-    })
+        },
+    )
     .await;
     assert!(why.contains("timeout"), "{why}");
 
