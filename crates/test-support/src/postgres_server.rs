@@ -132,6 +132,29 @@ impl PostgresServer {
         self.url_of(&name)
     }
 
+    /// A login role of its own holding only row rights (SELECT, INSERT, UPDATE, DELETE) on
+    /// `tables` of `database`, and USAGE on `sequences`: what a least-privileged application or
+    /// relay holds once an owner created everything. Returns the URL that connects as it.
+    pub fn row_only_role(&self, database: &str, tables: &[&str], sequences: &[&str]) -> String {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let role = format!(
+            "rows_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut sql = format!("CREATE ROLE {role} LOGIN;");
+        for table in tables {
+            sql.push_str(&format!(
+                "GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {role};"
+            ));
+        }
+        for sequence in sequences {
+            sql.push_str(&format!("GRANT USAGE ON SEQUENCE {sequence} TO {role};"));
+        }
+        self.psql_on(database, &sql);
+        format!("postgres://{role}@127.0.0.1:{}/{database}", self.port)
+    }
+
     /// Runs `sql` through `psql` as the superuser on the `postgres` database, and returns what it
     /// printed (unaligned, tuples only); panics when it fails.
     pub fn psql(&self, sql: &str) -> String {
