@@ -20,7 +20,7 @@ use crate::tls::UpstreamTls;
 use idempotency_core::proxy::humane_duration;
 use idempotency_core::proxy::WebhookSigner;
 use idempotency_core::Secret;
-use idempotency_outbox::{destination, OnDead, OutboxConfig, OutboxName, TableName};
+use idempotency_outbox::{channel_name, destination, OnDead, OutboxConfig, OutboxName, TableName};
 use idempotency_postgres::DatabaseUrl;
 
 /// Every `[[outboxes]]` table, in file order; two with one name are refused.
@@ -82,7 +82,7 @@ fn outbox(
         "notify_channel",
         &table.notify_channel,
         &mut relay.notify_channel,
-        |c| channel(c).map(Some),
+        |c| channel_name(c).map(Some),
     )?;
     durations(src, table, &mut relay)?;
     counts(src, table, &mut relay)?;
@@ -255,14 +255,6 @@ fn upstream_tls(
     let https = urls.any(|u| u.scheme_str() == Some("https"));
     tls.for_upstream(https)
         .map_err(|reason| src.at(span.clone(), Some("upstream_client_key"), reason))
-}
-
-/// A channel name for `LISTEN`: 1 to 63 bytes (PostgreSQL's identifier limit).
-fn channel(raw: &str) -> Result<String, String> {
-    if raw.is_empty() || raw.len() > 63 || raw.contains('\0') {
-        return Err(format!("channel {raw:?} must be 1 to 63 bytes"));
-    }
-    Ok(raw.to_owned())
 }
 
 /// What `--check` prints for the database: the reference as written, or the URL without its
