@@ -183,7 +183,8 @@ fn sweep(table: &TableName) -> String {
 /// The admin operations' statements for one table.
 #[derive(Debug, Clone)]
 pub(crate) struct AdminSql {
-    /// The counts, in one row.
+    /// The counts, in one row. Blocked aggregates are found from the dead rows that still hold
+    /// theirs (none under `on_dead = "skip"`), through the dead and order indexes.
     pub(crate) counts: String,
     /// `$1` how many, `$2` after which id (or null): dead rows in `seq` order.
     pub(crate) dead: String,
@@ -212,9 +213,10 @@ impl AdminSql {
                (SELECT COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(created_at)), 0)::float8
                   FROM {t} WHERE {live}),
                (SELECT count(DISTINCT d.aggregate_id) FROM {t} d
-                  WHERE d.dead_at IS NOT NULL AND d.aggregate_id IS NOT NULL AND EXISTS (
+                  WHERE d.dead_at IS NOT NULL AND d.holding AND d.aggregate_id IS NOT NULL
+                    AND EXISTS (
                     SELECT 1 FROM {t} l WHERE l.aggregate_id = d.aggregate_id AND l.seq > d.seq
-                      AND l.delivered_at IS NULL AND l.dead_at IS NULL))"
+                      AND l.holding AND l.dead_at IS NULL))"
         );
         let dead = format!(
             "SELECT id::text, topic::text, aggregate_id::text, attempts, last_status, last_error::text,
