@@ -128,21 +128,27 @@ async fn drain(
 /// keeps them) and one aggregate whose first row is dead with `--blocked` rows behind it,
 /// inserted through the order trigger as an application's would be.
 async fn behind_a_dead_row(cli: &Cli, pool: &Pool) -> Result<(), String> {
+    // A connection of its own: its statement timeout is lifted for the long inserts.
     let client = pool.get().await.map_err(|e| e.to_string())?;
     let sql = format!(
-        "INSERT INTO outbox (id, topic, payload, delivered_at, holding)
+        "SET statement_timeout = 0;
+         INSERT INTO outbox (id, topic, payload, delivered_at, holding)
              SELECT 'd' || g, 'bench', jsonb_build_object('order', g), now(), false
              FROM generate_series(1, {delivered}) g;
          INSERT INTO outbox (id, topic, aggregate_id, payload) VALUES ('s0', 'bench', 'stuck', '{{}}');
          UPDATE outbox SET dead_at = now(), attempts = 1, last_error = 'bench' WHERE id = 's0';
          INSERT INTO outbox (id, topic, aggregate_id, payload)
              SELECT 's' || g, 'bench', 'stuck', jsonb_build_object('order', g)
-             FROM generate_series(1, {blocked}) g;
-         VACUUM ANALYZE outbox;",
+             FROM generate_series(1, {blocked}) g;",
         delivered = cli.delivered_kept,
         blocked = cli.blocked,
     );
-    client.batch_execute(&sql).await.map_err(|e| e.to_string())
+    client.batch_execute(&sql).await.map_err(|e| e.to_string())?;
+    // On its own: VACUUM cannot run in the batch's implicit transaction.
+    client
+        .batch_execute("VACUUM ANALYZE outbox")
+        .await
+        .map_err(|e| e.to_string())
 }
 
 async fn steady(

@@ -20,6 +20,7 @@
 //! The relay runs on a tokio runtime; [`Outbox::start_relay`] must be called within one.
 #![forbid(unsafe_code)]
 
+mod bulk;
 mod config;
 mod enqueue;
 mod error;
@@ -36,6 +37,7 @@ mod table;
 mod transport;
 mod verdict;
 
+pub use bulk::DeadFilter;
 pub use config::{destination, OnDead, OutboxConfig, LEASE_MARGIN};
 pub use enqueue::{enqueue, Event, Payload};
 pub use error::OutboxError;

@@ -111,6 +111,10 @@ impl Outbox {
         &self.inner.url
     }
 
+    pub(crate) fn admin_sql(&self) -> &AdminSql {
+        &self.inner.sql
+    }
+
     pub(crate) fn connect_options(&self) -> &ConnectOptions {
         &self.inner.options
     }
