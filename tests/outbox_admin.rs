@@ -268,10 +268,8 @@ async fn an_operator_retries_or_deletes_dead_rows_in_bulk_by_topic_and_aggregate
     db.commit(&[event("t1"), event("t2"), event("t3")]).await;
     db.commit(&[ordered("b1", "order-B"), ordered("b2", "order-B")])
         .await;
-    db.execute(
-        "INSERT INTO outbox (id, topic, payload) VALUES ('x1', 'refund.issued', '{}')",
-    )
-    .await;
+    db.execute("INSERT INTO outbox (id, topic, payload) VALUES ('x1', 'refund.issued', '{}')")
+        .await;
     for id in ["t1", "t2", "t3", "b1", "x1"] {
         db.until_dead(id).await;
     }
@@ -281,7 +279,8 @@ async fn an_operator_retries_or_deletes_dead_rows_in_bulk_by_topic_and_aggregate
         .admin
         .send("POST", "/outbox/payments/dead/retry?color=red", &BEARER, "")
         .await;
-    assert_eq!((bad.status, bad.problem_type()), (400, "bad-request"));
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert_eq!(bad.problem_type(), "bad-request");
 
     // Two of the three rows of the topic, oldest first; the receiver now says yes.
     for id in ["t1", "t2", "t3"] {

@@ -143,7 +143,10 @@ async fn behind_a_dead_row(cli: &Cli, pool: &Pool) -> Result<(), String> {
         delivered = cli.delivered_kept,
         blocked = cli.blocked,
     );
-    client.batch_execute(&sql).await.map_err(|e| e.to_string())?;
+    client
+        .batch_execute(&sql)
+        .await
+        .map_err(|e| e.to_string())?;
     // On its own: VACUUM cannot run in the batch's implicit transaction.
     client
         .batch_execute("VACUUM ANALYZE outbox")

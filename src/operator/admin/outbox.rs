@@ -113,7 +113,11 @@ fn filter(query: Option<&str>) -> Result<DeadFilter, Problem> {
         limit: BULK_DEFAULT,
         ..DeadFilter::default()
     };
-    for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         let value = percent_decode_str(value)
             .decode_utf8()
