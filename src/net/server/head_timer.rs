@@ -186,7 +186,7 @@ mod tests {
     async fn a_sleep_fires_at_its_deadline_not_before() {
         let started = Instant::now();
         let fired = tokio::time::timeout(
-            Duration::from_secs(5),
+            Duration::from_secs(30),
             HeadTimer.sleep(Duration::from_millis(150)),
         )
         .await;

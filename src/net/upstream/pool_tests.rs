@@ -15,20 +15,26 @@ use tokio::net::TcpListener;
 use super::*;
 use crate::net::upstream::exchange::{exchange, send, Failure};
 
-/// An upstream that counts the connections it accepts. `/big` answers 4 MiB, `/close` answers
-/// with `Connection: close`, anything else a short `ok`. It runs on a thread and runtime of its
-/// own, so it closes connections on time even while the test's thread is blocked.
+/// An upstream that counts the connections it accepts and those it has closed. `/big` answers
+/// 4 MiB, `/close` answers with `Connection: close`, anything else a short `ok`. It runs on a
+/// thread and runtime of its own, so it closes connections on time even while the test's
+/// thread is blocked.
 struct CountingUpstream {
     address: Address,
     accepted: Arc<AtomicUsize>,
+    closed: Arc<AtomicUsize>,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
+
+/// How long the upstream may take to close an idle connection on a loaded machine.
+const CLOSING: Duration = Duration::from_secs(30);
 
 impl CountingUpstream {
     /// `idle_close`: how long the upstream keeps an idle keep-alive connection open.
     async fn start(idle_close: Option<Duration>) -> Self {
         let accepted = Arc::new(AtomicUsize::new(0));
-        let counter = accepted.clone();
+        let closed = Arc::new(AtomicUsize::new(0));
+        let counters = (accepted.clone(), closed.clone());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (bound, addr) = tokio::sync::oneshot::channel();
         std::thread::spawn(move || {
@@ -41,7 +47,7 @@ impl CountingUpstream {
                 let _ = bound.send(listener.local_addr().unwrap());
                 tokio::select! {
                     _ = stopped => {}
-                    () = accept(listener, counter, idle_close) => {}
+                    () = accept(listener, counters, idle_close) => {}
                 }
             });
         });
@@ -49,12 +55,37 @@ impl CountingUpstream {
         Self {
             address: Address::from_uri(&url, None).unwrap(),
             accepted,
+            closed,
             _stop: stop,
         }
     }
 
     fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
+    }
+
+    fn closed(&self) -> usize {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the upstream has closed a connection (its socket is gone), letting this
+    /// thread's runtime run meanwhile.
+    async fn until_closed(&self) {
+        let closed = async || self.closed() > 0;
+        idempotency_test_support::poll::until(CLOSING, "the upstream's close", closed).await;
+    }
+
+    /// Waits as [`Self::until_closed`] does, but blocking this thread, so its runtime's IO
+    /// driver never runs and learns nothing of the close.
+    fn until_closed_blocking(&self) {
+        let deadline = std::time::Instant::now() + CLOSING;
+        while self.closed() == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the upstream never closed"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Sends a `POST` to `path` through `pool` and reads the answer whole.
@@ -68,14 +99,24 @@ impl CountingUpstream {
     }
 }
 
-async fn accept(listener: TcpListener, accepted: Arc<AtomicUsize>, idle_close: Option<Duration>) {
+async fn accept(
+    listener: TcpListener,
+    (accepted, closed): (Arc<AtomicUsize>, Arc<AtomicUsize>),
+    idle_close: Option<Duration>,
+) {
     while let Ok((stream, _)) = listener.accept().await {
         accepted.fetch_add(1, Ordering::SeqCst);
         let mut server = hyper::server::conn::http1::Builder::new();
         if let Some(idle) = idle_close {
             server.timer(TokioTimer::new()).header_read_timeout(idle);
         }
-        tokio::spawn(server.serve_connection(TokioIo::new(stream), service_fn(answer)));
+        let connection = server.serve_connection(TokioIo::new(stream), service_fn(answer));
+        let closed = closed.clone();
+        tokio::spawn(async move {
+            // The connection, and its socket with it, is dropped once it has ended.
+            let _ = connection.await;
+            closed.fetch_add(1, Ordering::SeqCst);
+        });
     }
 }
 
@@ -136,8 +177,8 @@ async fn the_sweeper_closes_expired_connections_when_nothing_is_sent() {
     let pool = pool_with(Duration::from_millis(50), 8);
     upstream.post(&pool, "/pay").await;
     assert_eq!(pool.idle_count(), 1);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(pool.idle_count(), 0);
+    let swept = async || pool.idle_count() == 0;
+    idempotency_test_support::poll::until(CLOSING, "the idle connection swept", swept).await;
 }
 
 #[tokio::test]
@@ -194,7 +235,7 @@ async fn a_pooled_connection_closed_while_idle_is_replaced_before_writing() {
     upstream.post(&pool, "/pay").await;
     assert_eq!(pool.idle_count(), 1);
     // The upstream closes it meanwhile; the pool still holds it, unpolled.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    upstream.until_closed().await;
     assert_eq!(pool.idle_count(), 1);
     let checked = pool.checkout();
     assert!(checked.is_none(), "a closed connection was handed out");
@@ -212,7 +253,7 @@ async fn a_close_the_runtime_has_not_seen_yet_is_still_found() {
     let upstream = CountingUpstream::start(Some(Duration::from_millis(50))).await;
     let pool = pool_with(Duration::from_secs(10), 8);
     upstream.post(&pool, "/pay").await;
-    std::thread::sleep(Duration::from_millis(300));
+    upstream.until_closed_blocking();
     assert!(
         pool.checkout().is_none(),
         "a closed connection was handed out"
@@ -227,7 +268,7 @@ async fn a_request_queued_on_a_connection_that_closed_comes_back_unsent() {
     let pool = pool_with(Duration::from_secs(10), 8);
     upstream.post(&pool, "/pay").await;
     let connection = pool.checkout().expect("an open connection");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    upstream.until_closed().await;
     match exchange(&pool, connection, request("/again")).await {
         Err(Failure::NotWritten(request, _)) => assert_eq!(request.uri(), "/again"),
         Err(Failure::Failed(e)) => panic!("reported as sent: {e}"),
@@ -243,7 +284,7 @@ async fn a_request_handed_back_is_sent_once_more_on_a_new_connection() {
     let pool = pool_with(Duration::from_secs(10), 8);
     upstream.post(&pool, "/pay").await;
     let connection = pool.checkout().expect("an open connection");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    upstream.until_closed().await;
     let response = send(
         &pool,
         &upstream.address,
