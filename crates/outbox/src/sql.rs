@@ -90,6 +90,9 @@ pub(crate) struct RelaySql {
     pub(crate) release: String,
     /// `$1` age in ms, `$2` how many: delivered rows older than that, deleted.
     pub(crate) purge: String,
+    /// `$1` age in ms, `$2` how many: dead rows dead longer than that, deleted, oldest first;
+    /// their aggregates.
+    pub(crate) purge_dead: String,
     /// `$1` aggregates: the first row holding each, when it waits, may now be attempted.
     pub(crate) promote: String,
     /// Heads of aggregates left waiting though nothing holds them (a relay that crashed
@@ -137,11 +140,19 @@ impl RelaySql {
                  SELECT id FROM {t} WHERE delivered_at < now() - $1::int8 * interval '1 millisecond'
                  ORDER BY delivered_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
         );
+        let purge_dead = format!(
+            "DELETE FROM {t} WHERE id IN (
+                 SELECT id FROM {t} WHERE dead_at IS NOT NULL
+                   AND dead_at < now() - $1::int8 * interval '1 millisecond'
+                 ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED)
+             RETURNING aggregate_id::text"
+        );
         Self {
             mark,
             delete_delivered,
             release,
             purge,
+            purge_dead,
             promote: promote(table),
             sweep: sweep(table),
         }

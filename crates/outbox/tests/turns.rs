@@ -183,3 +183,28 @@ async fn a_table_of_the_earlier_layout_is_brought_to_this_one_at_start() {
     db.until_delivered("old-3").await;
     relay.drain(WAIT).await;
 }
+
+#[tokio::test]
+async fn keep_dead_deletes_dead_rows_once_that_old_and_their_aggregate_moves_on() {
+    let Some(db) = Db::fresh().await else { return };
+    let receiver = common::Receiver::start().await;
+    receiver.script("k1", [common::Reply::status(410)]);
+    let mut config = db.config(&receiver);
+    config.on_dead = OnDead::Block;
+    config.keep_dead = Some(Duration::from_millis(300));
+    let relay = db.outbox(config).start_relay(HyperTransport::shared());
+    db.commit(&[ordered("k1", "order-k"), ordered("k2", "order-k")])
+        .await;
+    // k1 dies, holds k2 back until it is deleted, then k2 goes.
+    db.until_delivered("k2").await;
+    assert!(db.row("k1").await.is_none(), "the dead row is deleted");
+    assert_eq!(
+        receiver
+            .keys()
+            .into_iter()
+            .filter(|k| k.starts_with('k'))
+            .collect::<Vec<_>>(),
+        ["k1", "k2"]
+    );
+    relay.drain(WAIT).await;
+}

@@ -176,6 +176,9 @@ fn durations(
         &mut relay.keep_delivered,
         |d| humane_duration::parse(d),
     )?;
+    src.set("keep_dead", &table.keep_dead, &mut relay.keep_dead, |d| {
+        duration(d).map(Some)
+    })?;
     if relay.retry.max < relay.retry.initial {
         let (key, given) = match (&table.retry_max, &table.retry_initial) {
             (Some(max), _) => ("retry_max", max),
@@ -328,6 +331,7 @@ fn table(outbox: &OutboxSettings) -> OutboxTable {
             OnDead::Block => OnDeadChoice::Block,
         }),
         keep_delivered: humane(relay.keep_delivered),
+        keep_dead: relay.keep_dead.and_then(humane),
         upstream_ca: tls.ca_reference().and_then(|ca| unspanned(ca.to_owned())),
         upstream_client_cert: identity.and_then(|(cert, _)| unspanned(cert.to_owned())),
         upstream_client_key: identity.and_then(|(_, key)| unspanned(key.to_owned())),
