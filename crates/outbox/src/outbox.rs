@@ -197,7 +197,7 @@ impl Outbox {
             .query(migrate::INDEXES_SQL, &[&table.quoted()])
             .await?;
         let found = migrate::Found {
-            columns: ["holding", "waiting"]
+            columns: ["holding", "waiting", "retried_at"]
                 .iter()
                 .all(|name| columns.iter().any(|c| c.name == *name)),
             indexes: indexes.iter().map(|row| row.get(0)).collect(),
@@ -280,7 +280,7 @@ impl Outbox {
     }
 
     /// Makes the dead row `id` pending again with a fresh attempt budget (`max_age` counts
-    /// from now on); `false` when there is no such dead row.
+    /// from now on, `retried_at`); `false` when there is no such dead row.
     pub async fn retry_dead(&self, id: &str) -> Result<bool, OutboxError> {
         self.within(self.change_dead(&self.inner.sql.retry, id))
             .await

@@ -56,7 +56,9 @@ pub(crate) fn claim(table: &TableName, payload: PayloadKind) -> String {
          FROM due WHERE o.id = due.id
          RETURNING o.id::text, o.topic::text, o.aggregate_id::text, {body},
                    o.headers::text, o.attempts,
-                   EXTRACT(EPOCH FROM clock_timestamp() - o.created_at)::float8"
+                   EXTRACT(EPOCH FROM clock_timestamp() - o.created_at)::float8,
+                   EXTRACT(EPOCH FROM clock_timestamp()
+                           - COALESCE(o.retried_at, o.created_at))::float8"
     )
 }
 
@@ -241,7 +243,7 @@ impl AdminSql {
         // A retried row holds its aggregate again, and waits if an earlier row holds it.
         let retry = format!(
             "UPDATE {t} r SET dead_at = NULL, attempts = 0, next_attempt_at = now(),
-                 lease_owner = NULL, lease_until = NULL, holding = true,
+                 lease_owner = NULL, lease_until = NULL, holding = true, retried_at = now(),
                  waiting = r.aggregate_id IS NOT NULL AND EXISTS (
                      SELECT 1 FROM {t} e WHERE e.aggregate_id = r.aggregate_id
                        AND e.holding AND e.seq < r.seq)

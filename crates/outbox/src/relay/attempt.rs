@@ -37,7 +37,7 @@ pub(super) async fn run(
             let verdict = judge(
                 config,
                 row.attempt_number(),
-                row.age_now(),
+                row.budget_age_now(),
                 outcome,
                 sample,
                 SystemTime::now(),
