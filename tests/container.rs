@@ -8,16 +8,19 @@
 //!
 //! Without podman or the base images the tests say SKIPPED and pass, unless `REQUIRE_PODMAN=1`
 //! (as `.ci/test` sets it; `.ci/setup` installs podman and makes the base images).
+//!
+//! A binary of its own, outside `tests/it/`: it takes minutes, runs containers that outlive any
+//! one test, and needs podman and the base images; `cargo test --test it` runs everything else
+//! without it, and `cargo test --test container` runs it alone.
 
-mod common;
 #[path = "container/podman.rs"]
 mod podman;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::client::{Answer, TestClient};
-use common::poll;
+use idempotency_test_support::client::{Answer, TestClient};
+use idempotency_test_support::poll;
 use podman::{Images, Made};
 
 const BODY: &str = "{\"amount\":100}";

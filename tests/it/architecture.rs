@@ -1,0 +1,205 @@
+//! The proxy's modules keep their order: each top-level module of `src/` (a folder or a file)
+//! imports only modules of a lower layer, so no two folders reach each other and there is no
+//! cycle between them. What the crates may use is Cargo's to enforce (each crate's
+//! `Cargo.toml`, and `tests/it/workspace.rs` for the core); this is the part Cargo cannot see.
+//! ARCHITECTURE.md describes the layers; a module added without a layer here fails.
+//!
+//! An import is any `crate::NAME` path, and each name of a `use crate::{...}` group, in code
+//! outside `#[cfg(test)]` items: tests may look at anything.
+//!
+//! `architecture/map.rs` holds ARCHITECTURE.md's tables to the files and functions they name.
+
+#[path = "architecture/map.rs"]
+mod map;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The proxy's modules, bottom layer first. A module may import from any layer below its own.
+const LAYERS: &[&[&str]] = &[
+    // Leaves: per-thread slots, the framing guard, logging, TLS files, the store choice.
+    &["thread_slot", "framing", "logging", "tls", "store"],
+    // The upstream client; the status page's view of routes and inboxes; gauges read when
+    // scraped.
+    &["upstream", "status", "scraped"],
+    // What each request reports; the inbox delivery workers and the outbox relays; the router
+    // over routes.
+    &["telemetry", "inbox", "outbox", "router"],
+    // The config (which reads inbox delivery and outbox settings); the metric catalog.
+    &["config", "metric_catalog"],
+    // The listener and connections; the admin endpoints.
+    &["server", "admin"],
+    // One proxy built from a config, rebuilt on reload.
+    &["proxy"],
+    // The command line.
+    &["cli"],
+];
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Each top-level module's file and, for a folder, every file under it.
+fn modules() -> BTreeMap<String, Vec<PathBuf>> {
+    let mut modules = BTreeMap::new();
+    for entry in std::fs::read_dir(src()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if ["lib", "main"].contains(&name.as_str()) || name.ends_with("_tests") {
+            continue;
+        }
+        let files = modules.entry(name).or_insert_with(Vec::new);
+        if path.is_dir() {
+            collect_files(&path, files);
+        } else {
+            files.push(path);
+        }
+    }
+    modules
+}
+
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            collect_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") && !is_test_file(&path) {
+            out.push(path);
+        }
+    }
+}
+
+/// Files that hold only tests, declared from their module under `#[cfg(test)]`.
+fn is_test_file(path: &Path) -> bool {
+    let stem = path.file_stem().unwrap().to_string_lossy();
+    stem == "tests" || stem.ends_with("_tests")
+}
+
+/// The code of a file without its `#[cfg(test)]` items.
+fn without_tests(code: &str) -> String {
+    let mut out = String::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let item = &rest[at..];
+        let end = match (item.find('{'), item.find(';')) {
+            (Some(open), Some(semi)) if semi < open => semi + 1,
+            (Some(open), _) => open + matching_brace(&item[open..]),
+            (None, Some(semi)) => semi + 1,
+            (None, None) => item.len(),
+        };
+        rest = &item[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The length of the braced block `code` starts with, through its closing brace.
+fn matching_brace(code: &str) -> usize {
+    let mut depth = 0usize;
+    for (i, c) in code.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    code.len()
+}
+
+/// The top-level modules a piece of code names through `crate::`.
+fn imports(code: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for (at, _) in code.match_indices("crate::") {
+        let preceded = code[..at].chars().last();
+        if preceded.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue; // `idempotency_core::...` and the like name other crates
+        }
+        let rest = &code[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let group = &group[..matching_brace(rest).saturating_sub(2)];
+            names.extend(group.split(',').map(first_segment));
+        } else {
+            names.insert(first_segment(rest));
+        }
+    }
+    names.retain(|n| !n.is_empty() && n.chars().next().is_some_and(char::is_lowercase));
+    names
+}
+
+fn first_segment(path: &str) -> String {
+    let path = path.trim_start();
+    path.chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect()
+}
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|layer| layer.contains(&module))
+}
+
+/// Every import of every module, outside tests.
+fn edges() -> BTreeMap<String, BTreeSet<String>> {
+    let mut edges = BTreeMap::new();
+    for (module, files) in modules() {
+        let mut targets = BTreeSet::new();
+        for file in files {
+            let code = std::fs::read_to_string(&file).unwrap();
+            targets.extend(imports(&without_tests(&code)));
+        }
+        targets.remove(&module);
+        edges.insert(module, targets);
+    }
+    edges
+}
+
+#[test]
+fn every_module_has_a_layer() {
+    let unplaced: Vec<String> = modules()
+        .into_keys()
+        .filter(|m| layer_of(m).is_none())
+        .collect();
+    assert!(
+        unplaced.is_empty(),
+        "modules without a layer in tests/it/architecture.rs (see ARCHITECTURE.md): {unplaced:?}"
+    );
+}
+
+#[test]
+fn modules_import_only_from_layers_below_their_own() {
+    let mut wrong = Vec::new();
+    for (module, targets) in edges() {
+        let Some(own) = layer_of(&module) else {
+            continue;
+        };
+        for target in targets {
+            if layer_of(&target).is_none_or(|theirs| theirs >= own) {
+                wrong.push(format!("{module} -> {target}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports against the module order (ARCHITECTURE.md, \"Layers\"): {wrong:?}"
+    );
+}
+
+#[test]
+fn the_reader_sees_imports_and_leaves_tests_out() {
+    let code = "use crate::{config::Settings, status};\nfn f() { crate::store::open(); \
+                idempotency_core::backend::Record::x(); }\n#[cfg(test)]\nmod tests { use crate::proxy; }";
+    let seen: Vec<String> = imports(&without_tests(code)).into_iter().collect();
+    assert_eq!(seen, ["config", "status", "store"]);
+    let edges = edges();
+    assert!(edges["proxy"].contains("server"), "{:?}", edges["proxy"]);
+    assert!(
+        edges["server"].contains("upstream"),
+        "{:?}",
+        edges["server"]
+    );
+}
