@@ -1,5 +1,5 @@
-//! The image, as a user runs it: built with podman from the Dockerfile around this tree's
-//! release binaries, started with a volume for the file store and a published port, in front
+//! The image, as a user runs it: built with podman from the Dockerfile around the binaries of
+//! this test build (`BINARIES=prebuilt`), started with a volume for the file store and a published port, in front
 //! of the demo upstream's image on a network of its own. A keyed request and its replay go
 //! through it, the replay survives `podman restart` and a new container on the same volume, the
 //! proxy runs as an unprivileged user, `podman healthcheck run` passes, and `podman stop` lets
