@@ -15,8 +15,9 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::config::{self, LogFormat, Overrides};
+use crate::operator::logging;
+use crate::process;
 use crate::proxy::StartError;
-use crate::{logging, proxy};
 
 /// A reverse proxy that makes unsafe HTTP requests safe to retry with `Idempotency-Key`.
 #[derive(Debug, Clone, Default, Parser)]
@@ -123,7 +124,7 @@ pub fn run() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let _logging = logging::init(settings.log_format);
-    match proxy::run(settings, cli.overrides()) {
+    match process::run(settings, cli.overrides()) {
         Ok(()) => ExitCode::SUCCESS,
         // A table the relay or the store cannot use is a bad config, found at start.
         Err(e @ (StartError::OutboxTable(_) | StartError::StoreTable(_))) => {
@@ -137,8 +138,13 @@ pub fn run() -> ExitCode {
     }
 }
 
-/// `outbox-schema`: the DDL on stdout, or exit 2 for a table name that cannot be one.
+/// `outbox-schema`: the DDL on stdout, or exit 2 for a table or channel name that cannot be
+/// one.
 fn outbox_schema(table: &str, notify_channel: Option<&str>) -> ExitCode {
+    if let Some(Err(e)) = notify_channel.map(idempotency_outbox::channel_name) {
+        eprintln!("idempotency-proxy: --notify-channel: {e}");
+        return ExitCode::from(2);
+    }
     match idempotency_outbox::TableName::new(table) {
         Ok(table) => {
             print!("{}", idempotency_outbox::schema_sql(&table, notify_channel));
