@@ -143,6 +143,7 @@ mod tests {
             headers: headers.map(str::to_owned),
             attempt: 3,
             age: Duration::ZERO,
+            budget_age: Duration::ZERO,
             claimed: Instant::now(),
         }
     }
