@@ -17,6 +17,7 @@ use clap::Parser;
 use crate::config::{self, LogFormat, Overrides};
 use crate::proxy::StartError;
 use crate::{logging, proxy};
+use idempotency_core::proxy::ErrorChain;
 
 /// A reverse proxy that makes unsafe HTTP requests safe to retry with `Idempotency-Key`.
 #[derive(Debug, Clone, Default, Parser)]
@@ -126,12 +127,12 @@ pub fn run() -> ExitCode {
     match proxy::run(settings, cli.overrides()) {
         Ok(()) => ExitCode::SUCCESS,
         // A table the relay or the store cannot use is a bad config, found at start.
-        Err(e @ (StartError::OutboxTable(_) | StartError::StoreTable(_))) => {
-            eprintln!("idempotency-proxy: {e}");
+        Err(e @ (StartError::OutboxTable(_) | StartError::StoreTable { .. })) => {
+            eprintln!("idempotency-proxy: {}", ErrorChain(&e));
             ExitCode::from(2)
         }
         Err(e) => {
-            eprintln!("idempotency-proxy: {e}");
+            eprintln!("idempotency-proxy: {}", ErrorChain(&e));
             ExitCode::FAILURE
         }
     }

@@ -6,6 +6,7 @@
 //! error: `404 no-route` for a route that is not an inbox, `404 no-delivery` for an id that
 //! names no dead delivery.
 
+use idempotency_core::proxy::ErrorChain;
 use std::time::SystemTime;
 
 use axum::extract::{Path, State};
@@ -22,7 +23,7 @@ use idempotency_core::Problem;
 
 /// The store failed; the operator gets `503 store-unavailable` and the log says why.
 fn unavailable(error: &StoreError) -> Problem {
-    tracing::warn!(error = %error, "admin: store unavailable");
+    tracing::warn!(error = %ErrorChain(error), "admin: store unavailable");
     Problem::StoreUnavailable
 }
 

@@ -3,6 +3,7 @@
 //! A record is addressed as a client would address it: the route, the raw key, and the raw
 //! scope header value when the route names one, so an operator never has to compute digests.
 
+use idempotency_core::proxy::ErrorChain;
 use std::time::{Duration, SystemTime};
 
 use axum::extract::{Path, RawQuery, State};
@@ -24,7 +25,7 @@ pub(crate) const SCOPE_HEADER: &str = "x-idempotency-scope";
 
 /// Why a key endpoint cannot do what was asked; the admin router renders it as problem+json.
 fn unavailable(error: &StoreError) -> Problem {
-    tracing::warn!(error = %error, "admin: store unavailable");
+    tracing::warn!(error = %ErrorChain(error), "admin: store unavailable");
     Problem::StoreUnavailable
 }
 

@@ -16,6 +16,7 @@ mod outbox;
 mod page;
 mod recorder;
 
+use idempotency_core::proxy::ErrorChain;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -174,7 +175,7 @@ async fn readyz(State(state): State<AdminState>) -> Response {
     let store = state.view.load().store.clone();
     let mut unready = Vec::new();
     if let Err(e) = store.ping().await {
-        tracing::warn!(error = %e, "readiness check: store unreachable");
+        tracing::warn!(error = %ErrorChain(&e), "readiness check: store unreachable");
         unready.push("store unreachable".to_owned());
     }
     unready.extend(state.outboxes.unready());

@@ -10,6 +10,7 @@
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, Uri};
 use axum::Json;
+use idempotency_core::proxy::ErrorChain;
 use serde_json::json;
 
 use super::dead::{done, rfc3339, Page};
@@ -24,7 +25,7 @@ fn outbox(state: &AdminState, name: &str) -> Result<Outbox, Problem> {
 
 /// The database failed; the operator gets `503 outbox-unavailable` and the log says why.
 fn unavailable(outbox: &Outbox, error: &OutboxError) -> Problem {
-    tracing::warn!(outbox = %outbox.name(), error = %error, "admin: outbox database unavailable");
+    tracing::warn!(outbox = %outbox.name(), error = %ErrorChain(error), "admin: outbox database unavailable");
     Problem::OutboxUnavailable
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::error::ConfigError;
+use super::error::{ConfigError, Reason};
 use super::file::{unspanned, OnDeadChoice, OutboxTable};
 use super::settings::OutboxSettings;
 use super::source::Source;
@@ -16,8 +16,8 @@ use super::tls::{apply_keys, UpstreamKeys};
 use super::values::{duration, method};
 use crate::tls::UpstreamTls;
 use idempotency_core::proxy::humane_duration;
-use idempotency_core::proxy::WebhookSigner;
 use idempotency_core::Secret;
+use idempotency_delivery::signing::WebhookSigner;
 use idempotency_outbox::{destination, OnDead, OutboxConfig, OutboxName, TableName};
 use idempotency_postgres::DatabaseUrl;
 
@@ -72,8 +72,10 @@ fn outbox(
         &table.signing_secret,
         &mut relay.signer,
         |s| {
-            let secret = Secret::resolve(s)?;
-            WebhookSigner::new(&secret).map(Some)
+            let secret = Secret::resolve(s).map_err(Reason::into_reason)?;
+            WebhookSigner::new(&secret)
+                .map(Some)
+                .map_err(Reason::into_reason)
         },
     )?;
     src.set(
@@ -117,7 +119,7 @@ fn destinations(
             .iter()
             .map(|(topic, url)| {
                 let url = destination(url).map_err(|e| format!("topic {topic:?}: {e}"))?;
-                Ok((topic.clone(), url))
+                Ok::<_, String>((topic.clone(), url))
             })
             .collect()
     })?;
@@ -237,11 +239,11 @@ fn reference(written: &str, url: &DatabaseUrl) -> String {
     }
 }
 
-fn check<T>(
+fn check<T, E: Reason>(
     src: &Source,
     value: &Spanned<String>,
     key: &str,
-    parse: impl FnOnce(&str) -> Result<T, String>,
+    parse: impl FnOnce(&str) -> Result<T, E>,
 ) -> Result<T, ConfigError> {
     parse(value.get_ref()).map_err(|reason| src.bad(value, key, reason))
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::error::ConfigError;
+use super::error::{ConfigError, Reason};
 use super::file::{FingerprintBodyMode, PolicyTable};
 use super::settings::RouteSettings;
 use super::source::Source;
@@ -148,7 +148,7 @@ fn apply_key_source(
         header(h).map(KeySource::Header)
     })?;
     src.set("key_body_pointer", &table.key_body_pointer, source, |p| {
-        Ok(KeySource::BodyPointer(p.clone()))
+        Ok::<_, std::convert::Infallible>(KeySource::BodyPointer(p.clone()))
     })
 }
 
@@ -204,7 +204,7 @@ fn apply_fingerprint_body(
         .iter()
         .map(|pointer| JsonPointer::parse(pointer))
         .collect::<Result<_, _>>()
-        .map_err(bad)?;
+        .map_err(|e| bad(e.into_reason()))?;
     match body {
         FingerprintBody::Json { ignore } => *ignore = pointers,
         FingerprintBody::Bytes if pointers.is_empty() => {}

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::error::ConfigError;
+use super::error::{ConfigError, Reason};
 use super::file::{RawFile, RouteHead, RouteTable};
 use super::given::Given;
 use super::policy::{self, Inherited};
@@ -272,11 +272,11 @@ fn is_https(uri: &http::Uri) -> bool {
 }
 
 /// Parses a value read from the file, naming its line and key if it is refused.
-fn check<T>(
+fn check<T, E: Reason>(
     src: &Source,
     value: &Spanned<String>,
     key: &str,
-    parse: fn(&str) -> Result<T, String>,
+    parse: fn(&str) -> Result<T, E>,
 ) -> Result<T, ConfigError> {
     parse(value.get_ref()).map_err(|reason| src.bad(value, key, reason))
 }

@@ -37,7 +37,7 @@ impl TableStats {
 impl OutboxStats for TableStats {
     async fn counts(&self) -> Result<OutboxCounts, StoreError> {
         let counts = self.outbox.counts().await;
-        counts.map_err(|e| StoreError::Unavailable(e.to_string()))
+        counts.map_err(|e| StoreError::unavailable_from("the outbox's table cannot be read", e))
     }
 }
 

@@ -294,6 +294,29 @@ impl axum_core::response::IntoResponse for Problem {
     }
 }
 
+/// An error and its sources, written one after the other (`a: b: c`): how a log line or a
+/// refusal names an error whose cause is its [`source`](StdError::source).
+#[derive(Clone, Copy)]
+pub struct ErrorChain<'a>(pub &'a (dyn StdError + 'static));
+
+impl fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(e) = source {
+            write!(f, ": {e}")?;
+            source = e.source();
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
 /// Why a request failed, for its log line; never shown to the client.
 #[derive(Debug, Clone)]
 pub struct Cause(pub Arc<str>);
@@ -301,14 +324,7 @@ pub struct Cause(pub Arc<str>);
 impl Cause {
     /// The cause an error describes, with its sources.
     pub fn of(error: &(dyn StdError + 'static)) -> Self {
-        let mut text = error.to_string();
-        let mut source = error.source();
-        while let Some(e) = source {
-            text.push_str(": ");
-            text.push_str(&e.to_string());
-            source = e.source();
-        }
-        Self(text.into())
+        Self(ErrorChain(error).to_string().into())
     }
 }
 

@@ -19,6 +19,15 @@ use tower::{Layer, Service};
 use crate::error::Problem;
 use crate::grpc::{percent_encode, GrpcCall, GRPC_MESSAGE, GRPC_STATUS};
 
+/// A problem base that cannot be sent in a `Link` header.
+#[derive(Debug, thiserror::Error)]
+#[error("problem_base {uri:?} is not a valid URI")]
+pub struct ProblemBaseError {
+    uri: String,
+    #[source]
+    source: http::header::InvalidHeaderValue,
+}
+
 /// The `type` URI prefix of every problem, and whether to point clients at it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProblemBase {
@@ -32,9 +41,14 @@ impl ProblemBase {
 
     /// A base the operator publishes (e.g. `https://api.example.com/docs/idempotency#`): each
     /// problem then also carries `Link: <base>; rel="describedby"`.
-    pub fn published(uri: &str) -> Result<Self, String> {
-        let link = HeaderValue::from_str(&format!("<{uri}>; rel=\"describedby\""))
-            .map_err(|_| format!("problem_base {uri:?} is not a valid URI"))?;
+    pub fn published(uri: &str) -> Result<Self, ProblemBaseError> {
+        let link =
+            HeaderValue::from_str(&format!("<{uri}>; rel=\"describedby\"")).map_err(|source| {
+                ProblemBaseError {
+                    uri: uri.to_owned(),
+                    source,
+                }
+            })?;
         if uri == Self::DEFAULT {
             return Ok(Self::default());
         }

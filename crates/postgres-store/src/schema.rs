@@ -83,7 +83,7 @@ impl Tables {
                 self.ddl()
             ))
             .await
-            .map_err(|e| StoreError::Open(format!("cannot create the store's tables: {e}")))?;
+            .map_err(|e| StoreError::open_from("cannot create the store's tables", e))?;
         transaction.commit().await.map_err(unavailable)?;
         self.check(client).await
     }
@@ -144,7 +144,7 @@ impl Tables {
                 .map(|(n, t, null)| ((*n).to_owned(), (*t).to_owned(), *null))
                 .collect();
             if found != wanted {
-                return Err(StoreError::Open(format!(
+                return Err(StoreError::open(format!(
                     "table {schema}.{table} has another layout than this proxy's store: {}; \
                      name another schema with store_schema, or move that table away",
                     difference(&wanted, &found)
@@ -182,7 +182,6 @@ fn difference(wanted: &[(String, String, bool)], found: &[(String, String, bool)
     }
 }
 
-#[allow(clippy::needless_pass_by_value)] // the shape `map_err` hands it
 fn unavailable(e: tokio_postgres::Error) -> StoreError {
-    StoreError::Unavailable(crate::store::described(&e))
+    StoreError::unavailable_from("the store's tables could not be read", e)
 }

@@ -60,7 +60,7 @@ async fn a_table_of_another_layout_is_refused_with_what_differs() {
         "CREATE TABLE idempotency_records (scope text, key text, payload jsonb)",
     );
     let refused = connect(server, &db, None).await.unwrap_err();
-    let StoreError::Open(why) = &refused else {
+    let StoreError::Open { context: why, .. } = &refused else {
         panic!("{refused}");
     };
     assert!(why.contains("public.idempotency_records"), "{why}");
