@@ -53,7 +53,7 @@ pub use error::{BoxError, Problem, ProblemMeta, RequestNotSent};
 pub use idempotency::{IdempotencyLayer, IdempotencyService, LayerBuilder, ResponseFuture};
 pub use idempotency::{Policy, PolicyBuilder, PolicyError};
 pub use idempotency_delivery::{Secret, SecretError};
-pub use problem::{ProblemBase, ProblemBaseError, ProblemLayer, ProblemService};
+pub use problem::{ProblemBase, ProblemBaseError, ProblemLayer, ProblemService, ProblemType};
 pub use store::{MemoryStore, Store, StoreError};
 
 /// The README's example, compiled and run as a doc test.

@@ -14,9 +14,9 @@ mod inbox;
 mod keys;
 mod outbox;
 mod page;
+mod problem;
 mod recorder;
 
-use idempotency_core::proxy::ErrorChain;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -36,12 +36,14 @@ use crate::operator::scraped::ScrapedGauges;
 use crate::operator::status::Status;
 use crate::outbox::Outboxes;
 use crate::store::Store;
+use idempotency_core::proxy::ErrorChain;
 use idempotency_core::Policy;
-use idempotency_core::Problem;
 use idempotency_core::ProblemBase;
 use idempotency_core::Secret;
 
 use batching::MetricsHandle;
+pub use problem::problem_types;
+use problem::AdminProblem;
 pub(crate) use recorder::metrics_handle;
 
 /// What the admin endpoints reach into, from the running config: the store (with the replay
@@ -141,7 +143,7 @@ async fn require_token(State(state): State<AdminState>, request: Request, next: 
     if given.is_some_and(|given| token.matches(given)) {
         return next.run(request).await;
     }
-    let mut refused = Problem::Unauthorized.into_response();
+    let mut refused = AdminProblem::Unauthorized.into_response();
     refused
         .headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -165,7 +167,7 @@ async fn render_problems(
 async fn reload_config(State(state): State<AdminState>) -> Response {
     match state.reload.reload().await {
         Ok(digest) => Json(json!({ "digest": digest })).into_response(),
-        Err(e) => Problem::BadConfig(e.to_string()).into_response(),
+        Err(e) => AdminProblem::BadConfig(e.to_string()).into_response(),
     }
 }
 

@@ -14,30 +14,31 @@ use idempotency_core::proxy::ErrorChain;
 use serde_json::json;
 
 use super::dead::{done, rfc3339, Page};
+use super::problem::AdminProblem;
 use super::AdminState;
 use idempotency_core::Problem;
 use idempotency_outbox::{DeadRow, EventId, Outbox, OutboxCounts, OutboxError};
 
 /// The outbox named `name` in the config.
-fn outbox(state: &AdminState, name: &str) -> Result<Outbox, Problem> {
-    state.outboxes.get(name).ok_or(Problem::NoOutbox)
+fn outbox(state: &AdminState, name: &str) -> Result<Outbox, AdminProblem> {
+    state.outboxes.get(name).ok_or(AdminProblem::NoOutbox)
 }
 
 /// The database failed; the operator gets `503 outbox-unavailable` and the log says why.
-fn unavailable(outbox: &Outbox, error: &OutboxError) -> Problem {
+fn unavailable(outbox: &Outbox, error: &OutboxError) -> AdminProblem {
     tracing::warn!(outbox = %outbox.name(), error = %ErrorChain(error), "admin: outbox database unavailable");
-    Problem::OutboxUnavailable
+    AdminProblem::OutboxUnavailable
 }
 
 /// An id in a path: one that cannot be an event's id names no dead row.
-fn event_id(raw: String) -> Result<EventId, Problem> {
-    EventId::new(raw).map_err(|_| Problem::NoDelivery)
+fn event_id(raw: String) -> Result<EventId, AdminProblem> {
+    EventId::new(raw).map_err(|_| AdminProblem::NoDelivery)
 }
 
 pub(super) async fn counts(
     State(state): State<AdminState>,
     Path(name): Path<String>,
-) -> Result<Json<OutboxCounts>, Problem> {
+) -> Result<Json<OutboxCounts>, AdminProblem> {
     let outbox = outbox(&state, &name)?;
     let counts = outbox.counts().await;
     Ok(Json(counts.map_err(|e| unavailable(&outbox, &e))?))
@@ -47,7 +48,7 @@ pub(super) async fn dead(
     State(state): State<AdminState>,
     Path(name): Path<String>,
     uri: Uri,
-) -> Result<Json<serde_json::Value>, Problem> {
+) -> Result<Json<serde_json::Value>, AdminProblem> {
     let outbox = outbox(&state, &name)?;
     let id = |raw: &str| EventId::new(raw).ok();
     let page = Page::parse(uri.query(), id, "after must be an event id")?;
@@ -79,7 +80,7 @@ fn dead_view(row: &DeadRow) -> serde_json::Value {
 pub(super) async fn retry(
     State(state): State<AdminState>,
     Path((name, id)): Path<(String, String)>,
-) -> Result<StatusCode, Problem> {
+) -> Result<StatusCode, AdminProblem> {
     let outbox = outbox(&state, &name)?;
     let id = event_id(id)?;
     let revived = outbox.retry_dead(id.as_str()).await;
@@ -91,7 +92,7 @@ pub(super) async fn retry(
 pub(super) async fn remove(
     State(state): State<AdminState>,
     Path((name, id)): Path<(String, String)>,
-) -> Result<StatusCode, Problem> {
+) -> Result<StatusCode, AdminProblem> {
     let outbox = outbox(&state, &name)?;
     let id = event_id(id)?;
     let deleted = outbox.delete_dead(id.as_str()).await;
