@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use http::{Method, Uri};
-use idempotency_core::proxy::backoff::Backoff;
-use idempotency_core::proxy::WebhookSigner;
+use idempotency_delivery::backoff::Backoff;
+use idempotency_delivery::signing::WebhookSigner;
 
 use crate::names::{OutboxName, TableName};
 

@@ -48,7 +48,7 @@ pub struct OutboxCounts {
     /// The age of the oldest row neither delivered nor dead (zero when there is none).
     #[serde(
         rename = "oldest_pending_seconds",
-        serialize_with = "idempotency_core::proxy::fractional_seconds::serialize"
+        serialize_with = "idempotency_delivery::fractional_seconds::serialize"
     )]
     pub oldest_pending: Duration,
     /// Aggregates whose later rows wait behind a dead row (only under `on_dead = "block"` do
