@@ -85,6 +85,10 @@ pub(super) struct OutboxTable {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) topics: Option<Spanned<BTreeMap<String, String>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) nats_subject_prefix: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) amqp_exchange: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) method: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) signing_secret: Option<Spanned<String>>,

@@ -38,7 +38,8 @@ mod verdict;
 
 pub use config::{destination, OnDead, OutboxConfig, LEASE_MARGIN};
 pub use destination::{
-    redacted, Delivery, DestinationKind, Destinations, HttpPublisher, Message, Publisher,
+    duplicate_window_warnings, redacted, Delivery, DestinationKind, Destinations, HttpPublisher,
+    Message, Publisher,
 };
 pub use enqueue::{enqueue, Event, Payload};
 /// The client the helper and the relay speak to PostgreSQL with.

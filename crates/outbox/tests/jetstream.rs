@@ -237,3 +237,32 @@ async fn a_server_killed_under_load_loses_nothing_and_adds_nothing() {
     assert_eq!(messages(&js).await, 300, "one message per row");
     relay.drain(WAIT).await;
 }
+
+#[tokio::test]
+async fn a_stream_whose_duplicate_window_is_too_short_is_named() {
+    let Some(db) = Db::fresh().await else { return };
+    let Some(server) = NatsServer::start().await else {
+        return;
+    };
+    let js = jetstream(&server).await;
+    let mut config = config(&db, &server);
+    let timeout = Duration::from_secs(5);
+    create_stream(&js).await;
+    // The default window, two minutes, outlasts the tests' lease and retry_max.
+    let warnings = idempotency_outbox::duplicate_window_warnings(&config, timeout).await;
+    assert!(warnings.is_empty(), "{warnings:?}");
+    config.retry.max = Duration::from_secs(600);
+    let warnings = idempotency_outbox::duplicate_window_warnings(&config, timeout).await;
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("stream EVENTS") && warnings[0].contains("drops duplicates for 2m"),
+        "{}",
+        warnings[0]
+    );
+    drop(server);
+    let unreachable = idempotency_outbox::duplicate_window_warnings(&config, timeout).await;
+    assert!(
+        unreachable[0].contains("cannot be checked"),
+        "{unreachable:?}"
+    );
+}

@@ -149,6 +149,22 @@ impl Destinations {
     }
 }
 
+/// One warning line for each JetStream stream the outbox publishes to whose duplicate window is
+/// shorter than `lease` plus `retry_max` (past the window, a row sent again is a second
+/// message), and for each NATS server that cannot be asked; empty when every window is long
+/// enough or no destination is JetStream. Each server gets `timeout` to answer.
+pub async fn duplicate_window_warnings(config: &OutboxConfig, timeout: Duration) -> Vec<String> {
+    #[cfg(feature = "nats")]
+    {
+        nats::duplicate_window_warnings(config, timeout).await
+    }
+    #[cfg(not(feature = "nats"))]
+    {
+        let _ = (config, timeout);
+        Vec::new()
+    }
+}
+
 /// The publisher for one destination URL, or why this build has none.
 fn publisher_for(
     config: &OutboxConfig,

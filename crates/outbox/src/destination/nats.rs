@@ -9,6 +9,7 @@
 //! or a lost connection: failed, sent again later. A payload larger than the server takes: dead
 //! at once, as no retry can make it fit.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_nats::jetstream::context::{Context, PublishErrorKind};
@@ -17,7 +18,8 @@ use async_trait::async_trait;
 use http::Uri;
 use tokio::sync::OnceCell;
 
-use super::{redacted, Delivery, Message, Publisher};
+use super::{redacted, Delivery, DestinationKind, Message, Publisher};
+use crate::config::OutboxConfig;
 
 /// Publishes to the JetStream streams of one NATS server (or cluster), connecting at the first
 /// publish and reconnecting by itself.
@@ -188,4 +190,49 @@ pub async fn short_duplicate_windows(
     tokio::time::timeout(timeout, reach)
         .await
         .unwrap_or_else(|_| Err("the NATS server did not answer in time".to_owned()))
+}
+
+/// See [`duplicate_window_warnings`](super::duplicate_window_warnings).
+pub(super) async fn duplicate_window_warnings(
+    config: &OutboxConfig,
+    timeout: Duration,
+) -> Vec<String> {
+    let needed = config.effective_lease() + config.retry.max;
+    let prefix = &config.nats_subject_prefix;
+    let mut subjects: BTreeMap<String, (Uri, Vec<String>)> = BTreeMap::new();
+    let listed = config
+        .topics
+        .iter()
+        .map(|(topic, url)| (url, format!("{prefix}{topic}")));
+    let rest = config
+        .deliver_to
+        .iter()
+        .map(|url| (url, format!("{prefix}>")));
+    for (url, subject) in listed.chain(rest) {
+        if DestinationKind::of(url) == Some(DestinationKind::JetStream) {
+            let entry = subjects
+                .entry(url.to_string())
+                .or_insert((url.clone(), Vec::new()));
+            entry.1.push(subject);
+        }
+    }
+    let name = config.name.as_str();
+    let mut lines = Vec::new();
+    for (url, subjects) in subjects.values() {
+        let shown = redacted(url);
+        match short_duplicate_windows(url, subjects, needed, timeout).await {
+            Ok(short) => lines.extend(short.into_iter().map(|(stream, window)| {
+                format!(
+                    "outbox {name:?}: stream {stream} on {shown} drops duplicates for {}, less \
+                     than lease plus retry_max ({}): a row sent again later is a second message",
+                    humantime::format_duration(window),
+                    humantime::format_duration(needed)
+                )
+            })),
+            Err(why) => lines.push(format!(
+                "outbox {name:?}: the duplicate windows on {shown} cannot be checked: {why}"
+            )),
+        }
+    }
+    lines
 }
