@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::inbox::policy::DeliveryPolicy;
-pub use crate::logging::LogFormat;
+pub use crate::operator::logging::LogFormat;
 pub use crate::outbox::OutboxSettings;
 use crate::store::{PostgresSettings, SealingKeys, StoreSpec};
 use crate::tls::{ListenerTls, UpstreamTls};
