@@ -208,7 +208,7 @@ async fn rows_of_one_aggregate_reach_the_queue_in_seq_order() {
     }
     let taken = drain_queue(&channel).await;
     assert_eq!(taken.len(), 40);
-    let mut seen: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
+    let mut seen = std::collections::BTreeMap::<String, Vec<i64>>::new();
     for (properties, _) in &taken {
         let aggregate = header(properties, "Outbox-Aggregate-Id").unwrap();
         let seq = header(properties, "Outbox-Seq").unwrap().parse().unwrap();

@@ -294,7 +294,7 @@ async fn rows_of_one_aggregate_reach_the_stream_in_seq_order() {
     }
     let total = messages(&js).await;
     assert_eq!(total, 40);
-    let mut seen: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
+    let mut seen = std::collections::BTreeMap::<String, Vec<i64>>::new();
     for sequence in 1..=total {
         let message = stream.get_raw_message(sequence).await.unwrap();
         let header = |name: &str| message.headers.get(name).unwrap().to_string();
