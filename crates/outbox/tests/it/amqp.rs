@@ -3,7 +3,7 @@
 //! publish no queue takes (returned under `mandatory`) is never marked delivered; connections
 //! cut under load lose nothing.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! stream once each with `Nats-Msg-Id`, and a stream whose duplicate window is shorter than
 //! `lease` plus `retry_max` is named in a warning at start and by `--check`.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! dead at once; a relay killed between publish and mark, or a server killed under load, leaves
 //! the stream with one message per row.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
