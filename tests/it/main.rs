@@ -29,6 +29,7 @@ mod limits_h2;
 mod log_lines;
 mod outbox;
 mod outbox_admin;
+mod outbox_brokers;
 mod outbox_end_to_end;
 mod outbox_guide;
 mod outcomes;

@@ -1,4 +1,5 @@
-//! The transactional outbox over PostgreSQL, delivered over HTTP.
+//! The transactional outbox over PostgreSQL, delivered over HTTP, to NATS JetStream or to
+//! RabbitMQ.
 //!
 //! An application that must both change its state and tell another service (a payment
 //! confirmed, so fulfilment must ship) inserts the event into an outbox table **in the same
@@ -13,8 +14,9 @@
 //!   `seq` in commit order and (optionally) wake the relay on every insert.
 //! - [`Outbox`]: one table and its database: the start-up check ([`Outbox::check_table`]),
 //!   the counts, the dead rows, retrying or deleting one.
-//! - [`Relay`]: claims due rows with a lease, sends each through a [`Transport`] (any HTTP
-//!   client) outside any transaction, writes the outcome fenced by its claim, retries with
+//! - [`Relay`]: claims due rows with a lease, publishes each through its destination's
+//!   [`Publisher`] (HTTP through a [`Transport`], any HTTP client; JetStream and RabbitMQ
+//!   through [`destination::nats`] and [`destination::amqp`]) outside any transaction, writes the outcome fenced by its claim, retries with
 //!   backoff, keeps each aggregate's rows in order, and drains on request.
 //!
 //! The relay runs on a tokio runtime; [`Outbox::start_relay`] must be called within one.
@@ -22,6 +24,7 @@
 
 mod bulk;
 mod config;
+pub mod destination;
 mod enqueue;
 mod error;
 mod metrics;
@@ -29,7 +32,6 @@ mod migrate;
 mod names;
 mod outbox;
 mod relay;
-mod request;
 mod row;
 mod schema;
 mod sql;
@@ -39,6 +41,10 @@ mod verdict;
 
 pub use bulk::DeadFilter;
 pub use config::{destination, OnDead, OutboxConfig, LEASE_MARGIN};
+pub use destination::{
+    duplicate_window_warnings, redacted, Delivery, DestinationKind, Destinations, HttpPublisher,
+    Message, Publisher,
+};
 pub use enqueue::{enqueue, Event, Payload};
 pub use error::OutboxError;
 /// The client the helper and the relay speak to PostgreSQL with.

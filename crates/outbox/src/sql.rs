@@ -58,7 +58,8 @@ pub(crate) fn claim(table: &TableName, payload: PayloadKind) -> String {
                    o.headers::text, o.attempts,
                    EXTRACT(EPOCH FROM clock_timestamp() - o.created_at)::float8,
                    EXTRACT(EPOCH FROM clock_timestamp()
-                           - COALESCE(o.retried_at, o.created_at))::float8"
+                           - COALESCE(o.retried_at, o.created_at))::float8,
+                   o.seq"
     )
 }
 

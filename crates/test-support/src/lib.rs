@@ -1,7 +1,8 @@
 //! Test support for the idempotency crates: the store suite every backend and decorator runs
 //! ([`store_suite!`], [`inbox_suite!`]), records to store, temporary files, an HTTP client for
-//! tests over real sockets, private Redis servers and clusters (feature `redis`), and private
-//! PostgreSQL servers.
+//! tests over real sockets, private Redis servers and clusters (feature `redis`), private
+//! PostgreSQL servers, private `nats-server`s with JetStream, and private vhosts on the shared
+//! RabbitMQ.
 //!
 //! Not published: it exists so that each store crate's tests and the proxy's run the same
 //! cases and start Redis the same way.
@@ -9,10 +10,12 @@
 pub mod answer;
 pub mod client;
 mod macros;
+pub mod nats_server;
 #[cfg(feature = "outbox")]
 pub mod outbox;
 pub mod poll;
 pub mod postgres_server;
+pub mod rabbitmq;
 pub mod receiver;
 pub mod records;
 #[cfg(feature = "redis")]

@@ -1,11 +1,16 @@
 //! The outbox's integration tests, one binary for all of them: delivery, order per aggregate
 //! and the claim's turns, faults and deadlines, signatures, least privilege and the start-up
-//! check of the table, each against a private PostgreSQL and a real receiver.
+//! check of the table, each against a private PostgreSQL and a real receiver; JetStream and
+//! RabbitMQ destinations against a private nats-server and a vhost of their own on RabbitMQ.
 
+#[cfg(feature = "amqp")]
+mod amqp;
 mod common;
 mod deadlines;
 mod delivery;
 mod faults;
+#[cfg(feature = "nats")]
+mod jetstream;
 mod order;
 mod privilege;
 mod signature;
