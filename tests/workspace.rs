@@ -8,13 +8,14 @@ use std::path::Path;
 use std::process::Command;
 
 /// The library crates a service may depend on, by package name.
-const LIBRARIES: [&str; 6] = [
+const LIBRARIES: [&str; 7] = [
     "idempotency-core",
     "idempotency-redis-store",
     "idempotency-file-store",
     "idempotency-postgres",
     "idempotency-postgres-store",
     "idempotency-outbox",
+    "idempotency-consumer",
 ];
 
 /// Crates the core must never pull in: store clients, TLS, the command line, the Prometheus
