@@ -87,6 +87,7 @@ impl Consumer {
         let tasks = TaskTracker::new();
         let lag = tokio::spawn(self.clone().watch_lag(stop.clone()));
         self.fetch_until(&stop, &tasks).await;
+        self.inner.source.close();
         tasks.close();
         let drain_timeout = self.inner.settings.drain_timeout;
         if tokio::time::timeout(drain_timeout, tasks.wait())

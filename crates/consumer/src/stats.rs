@@ -115,7 +115,10 @@ impl Stats {
 
     /// Up to `limit` dead messages whose keys sort after `after`.
     pub fn dead(&self, limit: usize, after: Option<&str>) -> Vec<DeadMessage> {
-        let list = self.dead_list.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let list = self
+            .dead_list
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let from = after.map_or(std::ops::Bound::Unbounded, |a| {
             std::ops::Bound::Excluded(a.to_owned())
         });
@@ -127,7 +130,10 @@ impl Stats {
 
     /// Takes a dead message out of the admin view (retry, delete).
     pub fn take_dead(&self, key: &str) -> Option<DeadMessage> {
-        let mut list = self.dead_list.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut list = self
+            .dead_list
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         list.remove(key)
     }
 
@@ -188,7 +194,10 @@ impl Stats {
             body: String::from_utf8_lossy(&message.body).into_owned(),
             message: message.clone(),
         };
-        let mut list = self.dead_list.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut list = self
+            .dead_list
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if list.len() < DEAD_KEPT || list.contains_key(&key) {
             list.insert(key, entry);
         }

@@ -9,11 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream, Context};
-use async_trait::async_trait;
 use idempotency_consumer::source::jetstream::{JetStreamSettings, JetStreamSource};
-use idempotency_consumer::{
-    Consumer, ConsumerSettings, Delivery, KeyFrom, Message, Settle, Source, SourceError,
-};
+use idempotency_consumer::{Consumer, ConsumerSettings, KeyFrom};
 use idempotency_core::{MemoryStore, Store};
 use idempotency_test_support::nats_server::NatsServer;
 use idempotency_test_support::poll;
@@ -145,58 +142,6 @@ async fn duplicates_of_a_message_make_one_request() {
     running.await.unwrap();
 }
 
-/// A source whose acknowledgements never reach the broker: the process "dies" right after
-/// the upstream's answer is recorded and before the broker hears of it.
-struct DiesBeforeAck {
-    inner: JetStreamSource,
-    reached: tokio::sync::mpsc::UnboundedSender<()>,
-}
-
-struct HangingAck {
-    inner: Box<dyn Settle>,
-    reached: tokio::sync::mpsc::UnboundedSender<()>,
-}
-
-#[async_trait]
-impl Source for DiesBeforeAck {
-    async fn next(&self) -> Result<Option<Delivery>, SourceError> {
-        let delivery = self.inner.next().await?;
-        Ok(delivery.map(|d| Delivery {
-            message: d.message,
-            settle: Box::new(HangingAck {
-                inner: d.settle,
-                reached: self.reached.clone(),
-            }),
-        }))
-    }
-    async fn dead_letter(&self, to: &str, m: &Message, why: &str) -> Result<(), SourceError> {
-        self.inner.dead_letter(to, m, why).await
-    }
-    async fn lag(&self) -> Result<u64, SourceError> {
-        self.inner.lag().await
-    }
-    fn event_source(&self, subject: &str) -> String {
-        self.inner.event_source(subject)
-    }
-}
-
-#[async_trait]
-impl Settle for HangingAck {
-    async fn ack(&self) -> Result<(), SourceError> {
-        let _ = self.reached.send(());
-        std::future::pending().await
-    }
-    async fn retry_later(&self, delay: Duration, counted: bool) -> Result<(), SourceError> {
-        self.inner.retry_later(delay, counted).await
-    }
-    async fn in_progress(&self) -> Result<(), SourceError> {
-        self.inner.in_progress().await
-    }
-    async fn term(&self) -> Result<(), SourceError> {
-        self.inner.term().await
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_killed_between_the_answer_and_the_ack_makes_no_second_request() {
     let Some((server, js)) = broker().await else {
@@ -219,7 +164,7 @@ async fn a_consumer_killed_between_the_answer_and_the_ack_makes_no_second_reques
         let inner = JetStreamSource::connect(&url, js_settings("fulfilment"))
             .await
             .unwrap();
-        let source = Arc::new(DiesBeforeAck { inner, reached });
+        let source = Arc::new(common::DiesBeforeAck::new(inner, reached));
         let consumer = Consumer::build(
             common::settings("fulfilment"),
             source,

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 pub mod jetstream;
+pub mod rabbitmq;
 
 /// One message as the broker delivered it.
 #[derive(Debug, Clone)]
@@ -92,6 +93,8 @@ pub trait Source: Send + Sync + 'static {
     fn progress_every(&self) -> Duration {
         Duration::from_secs(10)
     }
+    /// A drain has begun: messages the source holds for a later try are handed back at once.
+    fn close(&self) {}
 }
 
 /// A broker operation failed.

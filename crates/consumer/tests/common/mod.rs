@@ -7,11 +7,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use axum_core::body::Body;
 use http::{Request, Response};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use idempotency_consumer::{ConsumerSettings, Counts, Stats, Upstream};
+use idempotency_consumer::{
+    ConsumerSettings, Counts, Delivery, Message, Settle, Source, SourceError, Stats, Upstream,
+};
 use idempotency_core::BoxError;
 use idempotency_test_support::poll;
 
@@ -57,4 +60,63 @@ pub async fn counts_until(stats: &Arc<Stats>, what: &str, done: impl Fn(Counts) 
 /// Whether this response came whole.
 pub fn is_ok(response: &Response<Body>) -> bool {
     response.status().is_success()
+}
+
+/// A source whose acknowledgements never reach the broker: the process "dies" right after
+/// the upstream's answer is recorded and before the broker hears of it.
+pub struct DiesBeforeAck<S> {
+    inner: S,
+    reached: tokio::sync::mpsc::UnboundedSender<()>,
+}
+
+impl<S> DiesBeforeAck<S> {
+    /// `inner`, whose acknowledgements are announced on `reached` and then hang.
+    pub fn new(inner: S, reached: tokio::sync::mpsc::UnboundedSender<()>) -> Self {
+        Self { inner, reached }
+    }
+}
+
+struct HangingAck {
+    inner: Box<dyn Settle>,
+    reached: tokio::sync::mpsc::UnboundedSender<()>,
+}
+
+#[async_trait]
+impl<S: Source> Source for DiesBeforeAck<S> {
+    async fn next(&self) -> Result<Option<Delivery>, SourceError> {
+        let delivery = self.inner.next().await?;
+        Ok(delivery.map(|d| Delivery {
+            message: d.message,
+            settle: Box::new(HangingAck {
+                inner: d.settle,
+                reached: self.reached.clone(),
+            }),
+        }))
+    }
+    async fn dead_letter(&self, to: &str, m: &Message, why: &str) -> Result<(), SourceError> {
+        self.inner.dead_letter(to, m, why).await
+    }
+    async fn lag(&self) -> Result<u64, SourceError> {
+        self.inner.lag().await
+    }
+    fn event_source(&self, subject: &str) -> String {
+        self.inner.event_source(subject)
+    }
+}
+
+#[async_trait]
+impl Settle for HangingAck {
+    async fn ack(&self) -> Result<(), SourceError> {
+        let _ = self.reached.send(());
+        std::future::pending().await
+    }
+    async fn retry_later(&self, delay: Duration, counted: bool) -> Result<(), SourceError> {
+        self.inner.retry_later(delay, counted).await
+    }
+    async fn in_progress(&self) -> Result<(), SourceError> {
+        self.inner.in_progress().await
+    }
+    async fn term(&self) -> Result<(), SourceError> {
+        self.inner.term().await
+    }
 }
