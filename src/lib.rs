@@ -13,6 +13,7 @@
 mod admin;
 mod cli;
 pub mod config;
+mod consumer;
 mod framing;
 pub mod inbox;
 mod logging;

@@ -68,6 +68,53 @@ pub(super) struct RawFile {
     pub routes: Vec<Spanned<RouteTable>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outboxes: Vec<Spanned<OutboxTable>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumers: Vec<Spanned<ConsumerTable>>,
+}
+
+/// One `[[consumers]]` table (docs/reference.md#consumer-keys): a broker's messages delivered
+/// to an upstream through the idempotency layer, as written.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ConsumerTable {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) name: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) source: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) stream: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) durable: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) filter_subject: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) queue: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) upstream: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) path: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) method: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) key_from: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) deliver_concurrency: Option<Spanned<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) deliver_timeout: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) deliver_success: Option<Spanned<Vec<i64>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) retry_initial: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) retry_max: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) max_attempts: Option<Spanned<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) dead_letter: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) ttl: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) lease: Option<Spanned<String>>,
 }
 
 /// One `[[outboxes]]` table (docs/reference.md#outbox-keys): an outbox relay, as written.

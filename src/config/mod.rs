@@ -8,6 +8,7 @@
 //! then resolved into settings (`resolve.rs`, with `policy.rs` for route keys, `limits.rs`,
 //! `crypto.rs`); `print.rs` writes settings back in the file's vocabulary for `--check`.
 
+mod consumer;
 mod crypto;
 mod error;
 mod file;
@@ -36,7 +37,8 @@ pub use crate::tls::{ListenerTls, UpstreamTls};
 pub use error::ConfigError;
 pub use print::config_digest;
 pub use settings::{
-    Limits, LogFormat, OutboxSettings, Overrides, RouteSettings, Settings, DEFAULT_LISTEN,
+    BrokerSource, ConsumerConfig, Limits, LogFormat, OutboxSettings, Overrides, RouteSettings,
+    Settings, DEFAULT_LISTEN,
 };
 
 /// Reads the config file the overrides name (if any) and merges the overrides over it.

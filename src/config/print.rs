@@ -63,6 +63,7 @@ fn to_toml(settings: &Settings) -> String {
         defaults: None,
         routes: settings.routes.iter().map(route).collect(),
         outboxes: super::outbox::print(&settings.outboxes),
+        consumers: super::consumer::print(&settings.consumers),
         ..RawFile::default()
     };
     super::limits::print(&settings.limits, &mut raw);

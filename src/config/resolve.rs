@@ -56,8 +56,13 @@ pub(super) fn resolve(
     );
     let tls = super::tls::listener(src, cli, (raw.tls_cert.as_ref(), raw.tls_key.as_ref()))?;
     let outboxes = super::outbox::resolve(src, &raw.outboxes)?;
+    let mut consumers = super::consumer::resolve(src, &raw.consumers)?;
+    let drain_timeout = drain_timeout(src, raw.drain_timeout.as_ref())?;
+    for consumer in &mut consumers {
+        consumer.settings.drain_timeout = drain_timeout;
+    }
     let routes = routes(src, raw.routes, &defaults, upstream)?;
-    if routes.is_empty() && outboxes.is_empty() {
+    if routes.is_empty() && outboxes.is_empty() && consumers.is_empty() {
         return Err(ConfigError::NoUpstream);
     }
     Ok(Settings {
@@ -69,7 +74,7 @@ pub(super) fn resolve(
             .log_format
             .or(raw.log_format.map(Spanned::into_inner))
             .unwrap_or_default(),
-        drain_timeout: drain_timeout(src, raw.drain_timeout.as_ref())?,
+        drain_timeout,
         workers: workers(src, raw.workers.as_ref())?,
         admin_token: raw
             .admin_token
@@ -82,6 +87,7 @@ pub(super) fn resolve(
         tls,
         routes,
         outboxes,
+        consumers,
     })
 }
 

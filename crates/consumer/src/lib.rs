@@ -10,6 +10,7 @@
 //! - [`ConsumerSettings`], [`KeyFrom`]: what `[[consumers]]` says.
 //! - [`Stats`]: the counts and dead messages an operator asks for; the metric names.
 
+mod broker_url;
 mod build;
 mod engine;
 mod request;
@@ -18,6 +19,7 @@ pub mod source;
 mod stats;
 mod verdict;
 
+pub use broker_url::{BadBrokerUrl, BrokerKind, BrokerUrl};
 pub use build::BuildError;
 pub use engine::{Consumer, Upstream};
 pub use settings::{BadKeyFrom, ConsumerSettings, KeyFrom, NoKey};

@@ -93,6 +93,9 @@ pub enum Problem {
     /// On the admin listener: no outbox of that name in the running config.
     #[error("no outbox of this name is configured")]
     NoOutbox,
+    /// On the admin listener: no broker consumer of that name in the running config.
+    #[error("no consumer of this name is configured")]
+    NoConsumer,
     /// On the admin listener: an outbox's database could not be reached, or refused the
     /// statement.
     #[error("the outbox's database cannot be read or written right now; retry later")]
@@ -174,6 +177,7 @@ impl Problem {
             Self::RecordInFlight => meta(S::CONFLICT, "request-in-flight", "Request in flight"),
             Self::NoDelivery => meta(S::NOT_FOUND, "no-delivery", "No such delivery"),
             Self::NoOutbox => meta(S::NOT_FOUND, "no-outbox", "No such outbox"),
+            Self::NoConsumer => meta(S::NOT_FOUND, "no-consumer", "No such consumer"),
             Self::OutboxUnavailable => meta(
                 S::SERVICE_UNAVAILABLE,
                 "outbox-unavailable",
@@ -209,6 +213,7 @@ impl Problem {
             Self::RecordInFlight,
             Self::NoDelivery,
             Self::NoOutbox,
+            Self::NoConsumer,
             Self::OutboxUnavailable,
             Self::BadConfig("x".into()),
             Self::Unauthorized,
@@ -233,6 +238,7 @@ impl Problem {
                 | Self::RecordInFlight
                 | Self::NoDelivery
                 | Self::NoOutbox
+                | Self::NoConsumer
                 | Self::OutboxUnavailable
                 | Self::BadConfig(_)
                 | Self::Unauthorized => {}

@@ -32,12 +32,20 @@ pub struct JetStreamSettings {
     pub ack_wait: Duration,
 }
 
-/// A durable pull consumer on one stream.
+/// A durable pull consumer on one stream; it connects and binds at the first fetch, and again
+/// after a broken pull.
 pub struct JetStreamSource {
-    context: Context,
+    url: String,
     settings: JetStreamSettings,
+    bound: Mutex<Option<Bound>>,
+    /// The live connection's context, apart from the pull `next` holds while it waits: a
+    /// dead letter must not wait for the next message.
+    context: std::sync::Mutex<Option<Context>>,
+}
+
+struct Bound {
     consumer: PullConsumer,
-    messages: Mutex<Option<Messages>>,
+    messages: Option<Messages>,
 }
 
 impl std::fmt::Debug for JetStreamSource {
@@ -49,18 +57,38 @@ impl std::fmt::Debug for JetStreamSource {
 }
 
 impl JetStreamSource {
-    /// Connects to `url` and binds the durable consumer, creating it when missing.
-    pub async fn connect(url: &str, settings: JetStreamSettings) -> Result<Self, SourceError> {
-        let client = async_nats::ConnectOptions::new()
-            .retry_on_initial_connect()
-            .connect(url)
-            .await
-            .map_err(|e| SourceError::unavailable("connecting to NATS", e))?;
-        Self::bind(jetstream::new(client), settings).await
+    /// A source on the server at `url`; nothing is connected until the first fetch.
+    pub fn new(url: &str, settings: JetStreamSettings) -> Self {
+        Self {
+            url: url.to_owned(),
+            settings,
+            bound: Mutex::new(None),
+            context: std::sync::Mutex::new(None),
+        }
     }
 
-    /// Binds the durable consumer on a JetStream context already connected.
-    pub async fn bind(context: Context, settings: JetStreamSettings) -> Result<Self, SourceError> {
+    /// Connects to `url` and binds the durable consumer now, creating it when missing.
+    pub async fn connect(url: &str, settings: JetStreamSettings) -> Result<Self, SourceError> {
+        let source = Self::new(url, settings);
+        let bound = source.bind().await?;
+        *source.bound.lock().await = Some(bound);
+        Ok(source)
+    }
+
+    fn context(&self) -> Option<Context> {
+        self.context
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    async fn bind(&self) -> Result<Bound, SourceError> {
+        let client = async_nats::ConnectOptions::new()
+            .connect(self.url.as_str())
+            .await
+            .map_err(|e| SourceError::unavailable("connecting to NATS", e))?;
+        let context = jetstream::new(client);
+        let settings = &self.settings;
         let stream = context
             .get_stream(&settings.stream)
             .await
@@ -77,21 +105,18 @@ impl JetStreamSource {
             .get_or_create_consumer(&settings.durable, config)
             .await
             .map_err(|e| refused("creating the durable consumer", &e))?;
-        Ok(Self {
-            context,
-            settings,
+        *self
+            .context
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(context);
+        Ok(Bound {
             consumer,
-            messages: Mutex::new(None),
+            messages: None,
         })
     }
 
-    /// The JetStream context (for publishing, in tests and tools).
-    pub fn context(&self) -> &Context {
-        &self.context
-    }
-
-    async fn open(&self) -> Result<Messages, SourceError> {
-        self.consumer
+    async fn open(&self, consumer: &PullConsumer) -> Result<Messages, SourceError> {
+        consumer
             .stream()
             .max_messages_per_batch(self.settings.concurrency.max(1))
             .heartbeat(Duration::from_secs(5))
@@ -100,6 +125,10 @@ impl JetStreamSource {
             .await
             .map_err(|e| SourceError::unavailable("pulling messages", e))
     }
+}
+
+fn not_connected() -> SourceError {
+    SourceError::unavailable("talking to NATS", "not connected")
 }
 
 fn refused(what: &'static str, error: &dyn std::fmt::Display) -> SourceError {
@@ -112,20 +141,29 @@ fn refused(what: &'static str, error: &dyn std::fmt::Display) -> SourceError {
 #[async_trait]
 impl Source for JetStreamSource {
     async fn next(&self) -> Result<Option<Delivery>, SourceError> {
-        let mut messages = self.messages.lock().await;
-        if messages.is_none() {
-            *messages = Some(self.open().await?);
+        let mut bound = self.bound.lock().await;
+        if bound.is_none() {
+            *bound = Some(self.bind().await?);
         }
-        let pulled = messages.as_mut().expect("opened above").next().await;
+        let current = bound.as_mut().expect("bound above");
+        if current.messages.is_none() {
+            current.messages = Some(self.open(&current.consumer).await?);
+        }
+        let pulled = current
+            .messages
+            .as_mut()
+            .expect("opened above")
+            .next()
+            .await;
         match pulled {
             Some(Ok(message)) => Ok(Some(delivery(message))),
             Some(Err(e)) => {
                 // A broken pull is opened afresh on the next call.
-                *messages = None;
+                current.messages = None;
                 Err(SourceError::unavailable("pulling messages", e))
             }
             None => {
-                *messages = None;
+                *bound = None;
                 Err(SourceError::Refused {
                     what: "pulling messages",
                     reason: "the message stream ended".to_owned(),
@@ -148,8 +186,8 @@ impl Source for JetStreamSource {
             // The dead letter of one message is one message, however often it is published.
             headers.insert("Nats-Msg-Id", format!("dead:{id}").as_str());
         }
-        let ack = self
-            .context
+        let context = self.context().ok_or_else(not_connected)?;
+        let ack = context
             .publish_with_headers(dead_letter.to_owned(), headers, message.body.clone())
             .await
             .map_err(|e| SourceError::unavailable("publishing the dead letter", e))?;
@@ -159,8 +197,8 @@ impl Source for JetStreamSource {
     }
 
     async fn lag(&self) -> Result<u64, SourceError> {
-        let stream = self
-            .context
+        let context = self.context().ok_or_else(not_connected)?;
+        let stream = context
             .get_stream_no_info(&self.settings.stream)
             .await
             .map_err(|e| SourceError::unavailable("reading the consumer's counts", e))?;
