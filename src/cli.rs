@@ -15,8 +15,9 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::config::{self, LogFormat, Overrides};
+use crate::operator::logging;
+use crate::process;
 use crate::proxy::StartError;
-use crate::{logging, proxy};
 
 /// A reverse proxy that makes unsafe HTTP requests safe to retry with `Idempotency-Key`.
 #[derive(Debug, Clone, Default, Parser)]
@@ -123,7 +124,7 @@ pub fn run() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let _logging = logging::init(settings.log_format);
-    match proxy::run(settings, cli.overrides()) {
+    match process::run(settings, cli.overrides()) {
         Ok(()) => ExitCode::SUCCESS,
         // A table the relay or the store cannot use is a bad config, found at start.
         Err(e @ (StartError::OutboxTable(_) | StartError::StoreTable(_))) => {

@@ -8,39 +8,36 @@
 //! crate is the proxy around them: [`Proxy`] serves what a [`config::Settings`] describes, and
 //! the binary is [`run_command_line`]. A Rust service that wants only the layer depends on
 //! `idempotency-core` (and a store crate), not on this one.
+//!
+//! The folders are its layers (ARCHITECTURE.md): `config` and `store` at the bottom, the
+//! network path (`net`) and the operator surface (`operator`) over them, inbox delivery, outbox
+//! relays and broker consumers beside them, `proxy` assembling one running proxy, `process` running it.
 #![forbid(unsafe_code)]
 
-mod admin;
 mod cli;
 pub mod config;
 mod consumer;
-mod framing;
 pub mod inbox;
-mod logging;
-mod metric_catalog;
+mod net;
+mod operator;
 mod outbox;
+mod process;
 mod proxy;
-mod router;
-mod scraped;
-mod server;
-mod status;
 pub mod store;
-mod telemetry;
 mod thread_slot;
 mod tls;
-mod upstream;
 
 pub use cli::run as run_command_line;
 pub use config::config_digest;
-pub use metric_catalog::{Metric, MetricKind, METRICS};
+pub use operator::metric_catalog::{Metric, MetricKind, METRICS};
+pub use operator::status::activity::RouteActivity;
+pub use operator::status::{ConfigSummary, InboxQueues, InboxStats, Status};
+pub use operator::telemetry::RouteTelemetry;
 pub use proxy::{Proxy, ReloadState, StartError};
-pub use status::activity::RouteActivity;
-pub use status::{ConfigSummary, InboxQueues, InboxStats, Status};
-pub use telemetry::RouteTelemetry;
 
 /// Installs the proxy's process-wide Prometheus recorder (counts batched per thread), as
 /// [`Proxy`] does before it builds its routes: a program that gives its own layers the proxy's
 /// [`RouteTelemetry`] installs it first, so their metrics reach `/metrics` as the proxy's do.
 pub fn install_metrics_recorder() {
-    admin::metrics_handle();
+    operator::admin::metrics_handle();
 }

@@ -169,20 +169,17 @@ async fn an_admin_token_guards_metrics_and_keys_but_not_probes() {
     std::fs::remove_file(token_file).unwrap();
 }
 
-/// Starts a keyed POST that the upstream holds for `hold_ms`, and returns once the upstream has
-/// it, so its record is in flight.
+/// Starts a keyed POST that the upstream holds until it is released under the key's name, and
+/// returns once the upstream has it, so its record is in flight.
 async fn hold_in_flight(
     proxy: &TestProxy,
     upstream: &TestUpstream,
     key: &'static str,
-    hold_ms: u64,
 ) -> tokio::task::JoinHandle<common::answer::Answer> {
     let client = proxy.client.clone();
-    let path = format!("/v1/x?delay_ms={hold_ms}");
     let first = tokio::spawn(async move {
-        client
-            .send("POST", &path, &[("idempotency-key", key)], "{}")
-            .await
+        let headers = [("idempotency-key", key), ("x-hold", key)];
+        client.send("POST", "/v1/x", &headers, "{}").await
     });
     upstream.until_executed(key).await;
     first
@@ -193,7 +190,7 @@ async fn an_in_flight_record_is_dropped_only_when_forced() {
     let upstream = TestUpstream::start().await;
     let proxy = TestProxy::in_front_of(&upstream.url(), "").await;
 
-    let first = hold_in_flight(&proxy, &upstream, "still-running", 1_000).await;
+    let first = hold_in_flight(&proxy, &upstream, "still-running").await;
     let refused = proxy
         .admin
         .send("DELETE", "/keys/default/still-running", &[], "")
@@ -211,12 +208,13 @@ async fn an_in_flight_record_is_dropped_only_when_forced() {
         .as_str()
         .unwrap()
         .contains("force=true"));
+    upstream.release("still-running");
     let first = first.await.unwrap();
     let retry = proxy
         .client
         .send(
             "POST",
-            "/v1/x?delay_ms=1000",
+            "/v1/x",
             &[("idempotency-key", "still-running")],
             "{}",
         )
@@ -225,7 +223,7 @@ async fn an_in_flight_record_is_dropped_only_when_forced() {
     assert_eq!(retry.body, first.body);
     assert_eq!(upstream.executions_of("still-running"), 1);
 
-    let held = hold_in_flight(&proxy, &upstream, "stuck", 500).await;
+    let held = hold_in_flight(&proxy, &upstream, "stuck").await;
     let typo = proxy
         .admin
         .send("DELETE", "/keys/default/stuck?force=yes", &[], "")
@@ -242,6 +240,7 @@ async fn an_in_flight_record_is_dropped_only_when_forced() {
     let rerun = proxy.client.post("/v1/x", "stuck", "{}").await;
     assert!(!rerun.replayed(), "a forced removal lets the key run again");
     assert_eq!(upstream.executions_of("stuck"), 2);
+    upstream.release("stuck");
     held.await.unwrap();
 
     let gone = proxy

@@ -1,6 +1,7 @@
-//! The proxy's modules keep their order: each top-level module of `src/` (a folder or a file)
-//! imports only modules of a lower layer, so no two folders reach each other and there is no
-//! cycle between them. What the crates may use is Cargo's to enforce (each crate's
+//! The proxy's modules keep their order: each module of `src/` (a folder or a file, those of
+//! `net/` and `operator/` each on its own) imports only modules of a lower layer, so no two
+//! folders reach each other and there is no cycle between them; and the config and the stores
+//! never reach the network path. What the crates may use is Cargo's to enforce (each crate's
 //! `Cargo.toml`, and `tests/workspace.rs` for the core); this is the part Cargo cannot see.
 //! ARCHITECTURE.md describes the layers; a module added without a layer here fails.
 //!
@@ -17,46 +18,81 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The proxy's modules, bottom layer first. A module may import from any layer below its own.
+/// The folders that group modules by part (`net/`, `operator/`) are not modules here: each of
+/// their modules is, named with its folder (`net::server`).
 const LAYERS: &[&[&str]] = &[
     // Leaves: per-thread slots, the framing guard, logging, TLS files, the store choice.
-    &["thread_slot", "framing", "logging", "tls", "store"],
+    &[
+        "thread_slot",
+        "net::framing",
+        "operator::logging",
+        "tls",
+        "store",
+    ],
     // The upstream client; the status page's view of routes and inboxes; gauges read when
     // scraped.
-    &["upstream", "status", "scraped"],
+    &["net::upstream", "operator::status", "operator::scraped"],
     // What each request reports; the inbox delivery workers and the outbox relays; the router
     // over routes.
-    &["telemetry", "inbox", "outbox", "router"],
+    &["operator::telemetry", "inbox", "outbox", "net::router"],
     // The config (which reads inbox delivery and outbox settings); the metric catalog.
-    &["config", "metric_catalog"],
+    &["config", "operator::metric_catalog"],
     // The listener and connections; the admin endpoints.
-    &["server", "admin"],
+    &["net::server", "operator::admin"],
     // One proxy built from a config, rebuilt on reload.
     &["proxy"],
+    // The process: worker threads, listeners, signals.
+    &["process"],
     // The command line.
     &["cli"],
+];
+
+/// The folders that only group modules: their `mod.rs` declares them and imports nothing.
+const GROUPS: &[&str] = &["net", "operator"];
+
+/// The network path, which neither the config nor the stores may reach.
+const NETWORK_PATH: &[&str] = &[
+    "net::framing",
+    "net::upstream",
+    "net::router",
+    "net::server",
 ];
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-/// Each top-level module's file and, for a folder, every file under it.
+/// Each module's file and, for a folder, every file under it; a group's modules are named
+/// with their group.
 fn modules() -> BTreeMap<String, Vec<PathBuf>> {
     let mut modules = BTreeMap::new();
-    for entry in std::fs::read_dir(src()).unwrap() {
+    collect_modules(&src(), "", &mut modules);
+    modules
+}
+
+fn collect_modules(dir: &Path, group: &str, modules: &mut BTreeMap<String, Vec<PathBuf>>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
-        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-        if ["lib", "main"].contains(&name.as_str()) || name.ends_with("_tests") {
+        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if ["lib", "main", "mod"].contains(&stem.as_str()) || stem.ends_with("_tests") {
             continue;
         }
-        let files = modules.entry(name).or_insert_with(Vec::new);
+        if group.is_empty() && GROUPS.contains(&stem.as_str()) {
+            collect_modules(&path, &stem, modules);
+            continue;
+        }
+        let name = if group.is_empty() {
+            stem
+        } else {
+            format!("{group}::{stem}")
+        };
+        let files = modules.entry(name).or_default();
         if path.is_dir() {
             collect_files(&path, files);
         } else {
             files.push(path);
         }
     }
-    modules
 }
 
 fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -113,7 +149,7 @@ fn matching_brace(code: &str) -> usize {
     code.len()
 }
 
-/// The top-level modules a piece of code names through `crate::`.
+/// The modules a piece of code names through `crate::`.
 fn imports(code: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for (at, _) in code.match_indices("crate::") {
@@ -133,11 +169,19 @@ fn imports(code: &str) -> BTreeSet<String> {
     names
 }
 
+/// The module a path names: its first segment, or its first two for a group's module.
 fn first_segment(path: &str) -> String {
+    let ident = |path: &str| -> String {
+        path.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
     let path = path.trim_start();
-    path.chars()
-        .take_while(|c| c.is_alphanumeric() || *c == '_')
-        .collect()
+    let first = ident(path);
+    match path[first.len()..].strip_prefix("::") {
+        Some(rest) if GROUPS.contains(&first.as_str()) => format!("{first}::{}", ident(rest)),
+        _ => first,
+    }
 }
 
 fn layer_of(module: &str) -> Option<usize> {
@@ -191,16 +235,53 @@ fn modules_import_only_from_layers_below_their_own() {
 }
 
 #[test]
-fn the_reader_sees_imports_and_leaves_tests_out() {
-    let code = "use crate::{config::Settings, status};\nfn f() { crate::store::open(); \
-                idempotency_core::backend::Record::x(); }\n#[cfg(test)]\nmod tests { use crate::proxy; }";
-    let seen: Vec<String> = imports(&without_tests(code)).into_iter().collect();
-    assert_eq!(seen, ["config", "status", "store"]);
+fn the_config_and_the_stores_never_reach_the_network_path() {
     let edges = edges();
-    assert!(edges["proxy"].contains("server"), "{:?}", edges["proxy"]);
+    for module in ["config", "store", "tls"] {
+        let reached: Vec<&String> = edges[module]
+            .iter()
+            .filter(|target| NETWORK_PATH.contains(&target.as_str()))
+            .collect();
+        assert!(reached.is_empty(), "{module} imports {reached:?}");
+    }
+}
+
+#[test]
+fn group_folders_only_declare_their_modules() {
+    for group in GROUPS {
+        let code = std::fs::read_to_string(src().join(group).join("mod.rs")).unwrap();
+        let imports = imports(&code);
+        assert!(imports.is_empty(), "src/{group}/mod.rs imports {imports:?}");
+        let declared = code
+            .lines()
+            .filter(|l| l.starts_with("pub(crate) mod ") || l.starts_with("mod "))
+            .count();
+        let modules = modules();
+        let named = modules
+            .keys()
+            .filter(|m| m.starts_with(&format!("{group}::")))
+            .count();
+        assert_eq!(declared, named, "src/{group}/mod.rs");
+    }
+}
+
+#[test]
+fn the_reader_sees_imports_and_leaves_tests_out() {
+    let code = "use crate::{config::Settings, operator::status};\nfn f() { crate::store::open(); \
+                crate::net::router::x(); idempotency_core::backend::Record::x(); }\n\
+                #[cfg(test)]\nmod tests { use crate::proxy; }";
+    let seen: Vec<String> = imports(&without_tests(code)).into_iter().collect();
+    assert_eq!(seen, ["config", "net::router", "operator::status", "store"]);
+    let edges = edges();
     assert!(
-        edges["server"].contains("upstream"),
+        edges["proxy"].contains("net::server"),
         "{:?}",
-        edges["server"]
+        edges["proxy"]
     );
+    assert!(
+        edges["net::server"].contains("net::upstream"),
+        "{:?}",
+        edges["net::server"]
+    );
+    assert!(edges["process"].contains("proxy"), "{:?}", edges["process"]);
 }

@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use tokio::time::timeout;
 
 /// How long a served connection's answer may take on a busy machine.
-const ANSWER: Duration = Duration::from_secs(5);
+const ANSWER: Duration = Duration::from_secs(30);
 /// The proxy's lines at `debug` where a client waits for a slot, the rest at `info`.
 const LOG_FILTER: &str = "info,idempotency_proxy::server=debug";
 

@@ -26,9 +26,10 @@ async fn a_completed_key_replays_after_a_sigkill_and_an_in_flight_key_frees_afte
     assert_eq!(done.status, 201);
     let in_flight_client = client.clone();
     let interrupted = tokio::spawn(async move {
+        // Held at the upstream until the proxy is killed, however long that takes.
         let slow = [
             ("idempotency-key", "running-at-crash"),
-            ("x-delay-ms", "3000"),
+            ("x-hold", "running-at-crash"),
         ];
         in_flight_client
             .send_raw("POST", "/v1/x", &slow, "{}")
@@ -41,6 +42,7 @@ async fn a_completed_key_replays_after_a_sigkill_and_an_in_flight_key_frees_afte
         interrupted.await.unwrap().is_err(),
         "the killed proxy never answered"
     );
+    upstream.release("running-at-crash");
     drop(first_proxy);
 
     let (second_proxy, client) = start_binary(&upstream.url(), &args).await;
@@ -55,13 +57,13 @@ async fn a_completed_key_replays_after_a_sigkill_and_an_in_flight_key_frees_afte
         during_lease.status, 409,
         "the dead holder's lease still guards the key"
     );
-    // The lease (1s) ran from the reservation, before the kill: the key frees when it runs
+    // The lease (10s) ran from the reservation, before the kill: the key frees when it runs
     // out, and until then every retry is answered `409` as the one above.
     let freed = async || {
         let answer = client.post("/v1/x", "running-at-crash", "{}").await;
         (answer.status != 409).then_some(answer)
     };
-    let after_lease = poll::until(Duration::from_secs(10), "the lease run out", freed).await;
+    let after_lease = poll::until(Duration::from_secs(60), "the lease run out", freed).await;
     assert_eq!(
         after_lease.status, 201,
         "the key freed when the lease ran out: {after_lease:?}"
@@ -105,7 +107,8 @@ async fn shutdown_records_the_outcome_of_an_operation_whose_client_left() {
     assert_eq!(exit_code(proxy).await, Some(0));
 }
 
-/// A config file with a short lease, so a dead holder's reservation frees within the test.
+/// A config file with a short lease, so a dead holder's reservation frees within the test, and
+/// long beside a restart of the proxy on a loaded machine, so it still guards the key after one.
 fn lease_config(upstream: &str) -> String {
     let path = std::env::temp_dir().join(format!(
         "idempotency-proxy-crash-{}.toml",
@@ -113,7 +116,7 @@ fn lease_config(upstream: &str) -> String {
     ));
     std::fs::write(
         &path,
-        format!("upstream = \"{upstream}\"\n[defaults]\nlease = \"1s\"\n"),
+        format!("upstream = \"{upstream}\"\n[defaults]\nlease = \"10s\"\n"),
     )
     .unwrap();
     path.display().to_string()

@@ -133,9 +133,10 @@ async fn failures_back_off_until_dead_and_an_operator_retry_delivers() {
     let attempts: Vec<u32> = arrivals.iter().map(|a| a.attempt).collect();
     assert_eq!(attempts, [1, 2, 3, 4]);
     // Each wait is drawn below its ceiling (50ms, 100ms, 200ms); the slack covers the poll
-    // interval and a busy machine, and is still far below what a wrong backoff would wait.
+    // interval and a loaded machine (whose scheduler alone can stall a task for a second), and
+    // is still far below what a backoff in the wrong unit would wait.
     for (n, pair) in arrivals.windows(2).enumerate() {
-        let ceiling = Duration::from_millis(50 << n) + Duration::from_secs(1);
+        let ceiling = Duration::from_millis(50 << n) + Duration::from_secs(5);
         let gap = pair[1].at - pair[0].at;
         assert!(gap <= ceiling, "gap {n} was {gap:?}");
     }
@@ -240,7 +241,9 @@ async fn dead_deliveries_page_and_go_and_unknown_names_are_404() {
 #[tokio::test]
 async fn no_more_than_deliver_concurrency_attempts_at_once() {
     let upstream = InboxUpstream::start().await;
-    upstream.take(Duration::from_millis(300));
+    // Answers are held until the attempts have piled up to the limit, however slow the
+    // machine: an attempt past it would arrive meanwhile.
+    upstream.hold();
     let proxy = inbox_proxy(&upstream.url(), "deliver_concurrency = 3").await;
     for n in 0..12 {
         assert_eq!(
@@ -248,11 +251,15 @@ async fn no_more_than_deliver_concurrency_attempts_at_once() {
             202
         );
     }
+    let piled_up = |u: &InboxUpstream| u.most_in_flight() >= 3;
+    upstream
+        .until(WAIT, "three attempts at once", piled_up)
+        .await;
+    upstream.release(1000);
     upstream.until(WAIT, "every key", |u| u.keys() == 12).await;
     until_queues(&proxy, "the queue to drain", drained).await;
     let most = upstream.most_in_flight();
     assert!(most <= 3, "{most} attempts at once");
-    assert!(most >= 2, "attempts did overlap ({most})");
     proxy.shutdown().await;
 }
 

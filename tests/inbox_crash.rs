@@ -4,11 +4,13 @@
 
 mod common;
 
+use std::process::Stdio;
 use std::time::Duration;
 
-use common::binary::{exit_code, sigkill, sigterm, start_binary};
+use common::binary::{exit_code, sigkill, sigterm, start_binary, start_binary_with_env};
 use common::client::TestClient;
 use common::inbox_upstream::InboxUpstream;
+use common::poll;
 use common::temp::TempPath;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -61,7 +63,9 @@ async fn hook(client: &TestClient, key: &str) -> u16 {
 #[tokio::test]
 async fn every_acknowledged_delivery_arrives_after_a_sigkill() {
     let upstream = InboxUpstream::start().await;
-    upstream.take(Duration::from_millis(300));
+    // Every answer is held until the second proxy runs: the kill comes before anything was
+    // delivered, however slow the machine is to send the burst.
+    upstream.hold();
     let (args, _files) = file_store_proxy("inbox-kill", &upstream.url(), "");
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (first, client) = start_binary(&upstream.url(), &args).await;
@@ -82,6 +86,7 @@ async fn every_acknowledged_delivery_arrives_after_a_sigkill() {
         "the kill came before everything was delivered ({before})"
     );
     let (second, _) = start_binary(&upstream.url(), &args).await;
+    upstream.release(1000);
     upstream
         .until(WAIT, "every acknowledged delivery", |u| u.keys() == 30)
         .await;
@@ -95,11 +100,17 @@ async fn every_acknowledged_delivery_arrives_after_a_sigkill() {
 #[tokio::test]
 async fn a_drain_finishes_attempts_in_flight_and_starts_no_more() {
     let upstream = InboxUpstream::start().await;
-    upstream.take(Duration::from_millis(800));
+    // The two attempts in flight are held until the proxy is draining, so they are still in
+    // flight when it stops starting new ones, however slow the machine is to get there.
+    upstream.hold();
     let (args, _files) =
         file_store_proxy("inbox-drain", &upstream.url(), "deliver_concurrency = 2");
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (first, client) = start_binary(&upstream.url(), &args).await;
+    let log = TempPath::new("inbox-drain.log");
+    let log_file = std::fs::File::create(log.path()).unwrap();
+    let log_to = || Stdio::from(log_file.try_clone().unwrap());
+    let env = [("RUST_LOG", "info")];
+    let (first, client) = start_binary_with_env(&upstream.url(), &args, log_to, &env).await;
     for n in 0..6 {
         assert_eq!(hook(&client, &format!("drain-{n}")).await, 202);
     }
@@ -107,9 +118,17 @@ async fn a_drain_finishes_attempts_in_flight_and_starts_no_more() {
         .until(WAIT, "two attempts in flight", |u| u.keys() == 2)
         .await;
     sigterm(&first);
+    // The inbox stops starting attempts before the listener drains, which it logs.
+    let draining = async || {
+        let text = std::fs::read_to_string(log.path()).unwrap();
+        text.contains("draining open connections")
+    };
+    poll::until(WAIT, "the drain begun", draining).await;
+    upstream.release(2);
     assert_eq!(exit_code(first).await, Some(0));
     assert_eq!(upstream.all().len(), 2, "no attempt started after SIGTERM");
     let (second, _) = start_binary(&upstream.url(), &args).await;
+    upstream.release(1000);
     upstream.until(WAIT, "the rest", |u| u.keys() == 6).await;
     // The two that finished during the drain were settled, so they are not sent again.
     for n in 0..6 {

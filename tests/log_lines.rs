@@ -56,7 +56,7 @@ async fn a_warning_or_a_reload_line_is_written_before_its_answer() {
 
         let mut stream = TcpStream::connect(client.addr()).await.unwrap();
         stream.write_all(SMUGGLED).await.unwrap();
-        let answer = read_response(&mut stream, Duration::from_secs(5)).await;
+        let answer = read_response(&mut stream, Duration::from_secs(30)).await;
         assert_eq!(answer.map(|(status, _)| status), Some(400));
         logged_already(&log, "refused an ambiguously framed request", round);
 

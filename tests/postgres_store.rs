@@ -122,7 +122,8 @@ const CONCURRENCY: usize = 4;
 /// Postgres is killed once this many keys have been answered.
 const KILL_AFTER: usize = 12;
 const DOWNTIME: Duration = Duration::from_millis(1500);
-const REQUEST_BOUND: Duration = Duration::from_secs(15);
+/// A hang's limit, with room for a loaded machine, not a speed's.
+const REQUEST_BOUND: Duration = Duration::from_secs(30);
 /// Every request of the stream, and a retry must be the same request.
 const TARGET: &str = "/v1/charges?delay_ms=20";
 
@@ -187,7 +188,7 @@ async fn killed_under_load_loses_nothing_acknowledged() {
     let proxy = proxy_over(&postgres, &upstream).await;
     let log = Arc::new(Mutex::new(Vec::<Exchange>::new()));
 
-    let killed_at = bounded(Duration::from_secs(90), async {
+    let killed_at = bounded(Duration::from_secs(180), async {
         let before = tokio::spawn({
             let (client, log) = (proxy.client.clone(), log.clone());
             async move { send_all(&client, BEFORE, CONCURRENCY, &log).await }
@@ -344,7 +345,7 @@ async fn the_binary_never_logs_the_store_password() {
     let read = || std::fs::read_to_string(log_file.path()).unwrap();
     let refused = async || read().contains("config reload refused");
     poll::until(
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         "the refused reload logged",
         refused,
     )

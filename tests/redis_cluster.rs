@@ -192,8 +192,9 @@ async fn calm_storm_on_a_new_cluster(test: String) {
 /// 2.1s at best. A wedged cluster client is only noticed once its operations have timed out (2s)
 /// and kept failing for 1s more; the fresh connection takes milliseconds, and a probe already
 /// waiting on the wedged one gives up 2s after it started: about 5s in all. The bound leaves room
-/// for a second replacement or a busy machine, and is far from the wedged client's "never".
-const RECOVERY_BOUND: Duration = Duration::from_secs(10);
+/// for a second replacement and for a loaded machine (two busy cores stretch every step), and is
+/// still far from the wedged client's "never".
+const RECOVERY_BOUND: Duration = Duration::from_secs(30);
 
 /// How long after the restarted master answered PING again the probe keys were served.
 #[derive(Debug)]

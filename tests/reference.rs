@@ -287,7 +287,7 @@ fn every_problem_type_is_in_the_reference_with_its_status_and_title() {
 /// The admin router's `(method, path)` pairs, read from its source: each `.route("PATH", …)`
 /// call with the methods (`get(`, `post(`, `delete(`) it chains.
 fn served_admin_paths() -> BTreeSet<(String, String)> {
-    let source = read("src/admin/mod.rs");
+    let source = read("src/operator/admin/mod.rs");
     let mut served = BTreeSet::new();
     for (at, _) in source.match_indices(".route(") {
         let call = &source[at + ".route(".len()..];

@@ -173,7 +173,7 @@ async fn traffic(proxy: &TestProxy, upstream: &TestUpstream) {
         );
         tokio::time::sleep(Duration::from_millis(700)).await;
     }
-    let slow = [("idempotency-key", "slow-order"), ("x-delay-ms", "1500")];
+    let slow = [("idempotency-key", "slow-order"), ("x-hold", "slow-order")];
     let first = {
         let client = client.clone();
         tokio::spawn(async move { client.send("POST", "/v1/charges", &slow, body(7)).await })
@@ -181,6 +181,7 @@ async fn traffic(proxy: &TestProxy, upstream: &TestUpstream) {
     upstream.until_executed("slow-order").await;
     let duplicate = client.send("POST", "/v1/charges", &slow, body(7)).await;
     assert_eq!(duplicate.status, 409, "the first is still in flight");
+    upstream.release("slow-order");
     assert_eq!(first.await.unwrap().status, 201);
 }
 

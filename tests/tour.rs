@@ -94,7 +94,7 @@ async fn until_in_flight(admin: &TestClient, key: &str) {
         record.status == 200 && record.json()["state"] == "in_flight"
     };
     poll::until(
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         format!("{key} in flight"),
         in_flight,
     )

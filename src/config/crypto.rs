@@ -5,10 +5,10 @@
 
 use toml::Spanned;
 
-use super::error::ConfigError;
-use super::file::VerifyTable;
-use super::source::Source;
-use super::values::duration;
+use crate::config::common::error::ConfigError;
+use crate::config::common::source::Source;
+use crate::config::common::values::duration;
+use crate::config::routes::keys::VerifyTable;
 use crate::store::{SealingKey, SealingKeys};
 use idempotency_core::policy::Verifier;
 use idempotency_core::Secret;

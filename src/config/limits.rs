@@ -1,11 +1,11 @@
 //! The top-level limits on what one client may cost: `header_read_timeout`,
 //! `max_header_bytes` and `max_connections`, read into [`Limits`] and printed back.
 
-use super::error::ConfigError;
-use super::file::{unspanned, RawFile};
-use super::settings::Limits;
-use super::source::Source;
-use super::values;
+use crate::config::common::error::ConfigError;
+use crate::config::common::source::Source;
+use crate::config::common::values;
+use crate::config::file::{unspanned, RawFile};
+use crate::config::settings::Limits;
 use idempotency_core::policy::ByteSize;
 
 /// The limits the file sets, the defaults for the others.

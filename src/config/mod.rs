@@ -4,27 +4,23 @@
 //! Everything is checked before anything starts, and every problem is reported as one line that
 //! names the file, the line and the key (or the flag), so an operator can fix it at once.
 //!
-//! The file is read into raw structs that keep every value's position (`file.rs`, `source.rs`),
-//! then resolved into settings (`resolve.rs`, with `policy.rs` for route keys, `limits.rs`,
-//! `crypto.rs`); `print.rs` writes settings back in the file's vocabulary for `--check`.
+//! Each subject owns its keys as written, their resolution into settings, their printing for
+//! `--check` and what a reload may not change of them: `file/` the file as a whole and its
+//! top-level keys (and assembling the rest), `routes/` the `[defaults]` and `[[routes]]`
+//! tables (with the inbox keys), `outbox/` the `[[outboxes]]` tables, `consumer/` the `[[consumers]]` tables, `tls.rs`, `limits.rs`,
+//! `store_keys.rs` and `crypto.rs` theirs. `common/` is what they share: the text and its
+//! positions, the one-line error, single values and their units, and where a value was given.
 
+mod common;
 mod consumer;
 mod crypto;
-mod error;
 mod file;
-mod given;
-mod inbox;
 mod limits;
 mod outbox;
-mod policy;
-mod print;
-mod resolve;
-mod restart;
+mod routes;
 mod settings;
-mod source;
 mod store_keys;
 mod tls;
-mod values;
 
 #[cfg(test)]
 mod error_tests;
@@ -34,8 +30,8 @@ mod tests;
 mod tls_tests;
 
 pub use crate::tls::{ListenerTls, UpstreamTls};
-pub use error::ConfigError;
-pub use print::config_digest;
+pub use common::error::ConfigError;
+pub use file::print::config_digest;
 pub use settings::{
     BrokerSource, ConsumerConfig, Limits, LogFormat, OutboxSettings, Overrides, RouteSettings,
     Settings, DEFAULT_LISTEN,
@@ -49,9 +45,9 @@ pub fn load(overrides: &Overrides) -> Result<Settings, ConfigError> {
 
 /// Like [`load`], for config text that did not come from a file; `origin` names it in errors.
 pub fn load_str(origin: &str, text: &str, overrides: &Overrides) -> Result<Settings, ConfigError> {
-    let source = source::Source::new(origin, text);
+    let source = common::source::Source::new(origin, text);
     let raw = source.parse()?;
-    resolve::resolve(&source, raw, overrides)
+    file::resolve::resolve(&source, raw, overrides)
 }
 
 /// Like [`load`], for a reload of a proxy running `running` (docs/reference.md#reload): a config that
@@ -59,11 +55,11 @@ pub fn load_str(origin: &str, text: &str, overrides: &Overrides) -> Result<Setti
 /// `log_format` is refused, as only a restart can change those.
 pub fn load_for_reload(overrides: &Overrides, running: &Settings) -> Result<Settings, ConfigError> {
     let (origin, text) = read(overrides)?;
-    let source = source::Source::new(&origin, &text);
+    let source = common::source::Source::new(&origin, &text);
     let raw = source.parse()?;
-    let positions = restart::Positions::of(&raw);
-    let settings = resolve::resolve(&source, raw, overrides)?;
-    restart::unchanged(&source, &positions, running, &settings)?;
+    let positions = file::restart::Positions::of(&raw);
+    let settings = file::resolve::resolve(&source, raw, overrides)?;
+    file::restart::unchanged(&source, &positions, running, &settings)?;
     Ok(settings)
 }
 
@@ -79,7 +75,3 @@ fn read(overrides: &Overrides) -> Result<(String, String), ConfigError> {
     })?;
     Ok((origin, text))
 }
-#[cfg(test)]
-mod inbox_tests;
-#[cfg(test)]
-mod outbox_tests;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 pub use crate::consumer::{BrokerSource, ConsumerConfig};
 use crate::inbox::policy::DeliveryPolicy;
-pub use crate::logging::LogFormat;
+pub use crate::operator::logging::LogFormat;
 pub use crate::outbox::OutboxSettings;
 use crate::store::{PostgresSettings, SealingKeys, StoreSpec};
 use crate::tls::{ListenerTls, UpstreamTls};

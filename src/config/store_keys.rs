@@ -2,10 +2,11 @@
 //! `store_statement_timeout` and `store_ca`, read into [`PostgresSettings`] and printed back.
 //! Another store ignores them.
 
-use super::error::ConfigError;
-use super::file::{unspanned, RawFile};
-use super::source::Source;
-use super::values;
+use crate::config::common::error::ConfigError;
+use crate::config::common::source::Source;
+use crate::config::common::values;
+use crate::config::file::{unspanned, RawFile};
+use crate::config::settings::Settings;
 use crate::store::{DatabaseCa, PostgresSettings};
 
 /// The longest name PostgreSQL keeps whole (`NAMEDATALEN - 1`).
@@ -68,6 +69,22 @@ pub(super) fn print(settings: &PostgresSettings, raw: &mut RawFile) {
         .ca
         .as_ref()
         .and_then(|ca| unspanned(ca.reference.clone()));
+}
+
+/// The Postgres store's keys as `--check` prints them.
+pub(super) fn store_keys(settings: &Settings) -> String {
+    let mut raw = RawFile::default();
+    print(&settings.postgres, &mut raw);
+    toml::to_string(&raw).unwrap_or_default()
+}
+
+/// The two stores as shown (passwords masked), told apart when only a password changed.
+pub(super) fn stores(running: &Settings, new: &Settings) -> (String, String) {
+    let (was, now) = (running.store.to_string(), new.store.to_string());
+    if running.store != new.store && was == now {
+        return (was, format!("{now} (another password)"));
+    }
+    (was, now)
 }
 
 #[cfg(test)]

@@ -7,11 +7,11 @@
 
 use toml::Spanned;
 
-use super::error::ConfigError;
-use super::file::PolicyTable;
-use super::given::Given;
-use super::settings::Overrides;
-use super::source::Source;
+use crate::config::common::error::ConfigError;
+use crate::config::common::given::Given;
+use crate::config::common::source::Source;
+use crate::config::routes::keys::PolicyTable;
+use crate::config::settings::Overrides;
 use crate::tls::{self, ListenerTls, UpstreamTls};
 
 /// The listener's pair, if either half is given; one half alone is refused.

@@ -17,8 +17,8 @@ use idempotency_consumer::{BrokerUrl, Consumer, ConsumerSettings, Source};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use crate::net::upstream::{Originated, PoolSettings, Upstream};
 use crate::store::Store;
-use crate::upstream::{Originated, PoolSettings, Upstream};
 
 /// Where a consumer's messages come from.
 #[derive(Debug, Clone, PartialEq, Eq)]

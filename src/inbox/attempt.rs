@@ -14,7 +14,7 @@ use tokio::time::{timeout, Instant};
 
 use super::policy::DeliveryPolicy;
 use super::rate::Turn;
-use crate::upstream::{ClientTls, Ready, Upstream};
+use crate::net::upstream::{ClientTls, Ready, Upstream};
 use idempotency_core::backend::{AttemptFailure, Delivery};
 use idempotency_core::BoxError;
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::logging::DELIVERY_LINE_TARGET;
+use crate::operator::logging::DELIVERY_LINE_TARGET;
 use idempotency_core::backend::{InboxQueues, RouteName};
 
 const ATTEMPTS_TOTAL: &str = "idempotency_inbox_attempts_total";

@@ -1,6 +1,6 @@
 //! An inbox route's queues, counted in the store when asked: by the status page, and by a
 //! scrape of `/metrics`, which sets the route's queue gauges from the count
-//! (`crate::scraped`), so both say what `GET /inbox/{route}` says.
+//! (`crate::operator::scraped`), so both say what `GET /inbox/{route}` says.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -8,8 +8,8 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 
 use super::metrics::QueueGauges;
-use crate::scraped::GaugeSource;
-use crate::status::InboxStats;
+use crate::operator::scraped::GaugeSource;
+use crate::operator::status::InboxStats;
 use crate::store::{Store, StoreError};
 use idempotency_core::backend::{InboxQueues, RouteName};
 

@@ -19,8 +19,8 @@ use super::backoff::{backoff, random_sample};
 use super::metrics::{AttemptOutcome, AttemptReport, InboxMetrics};
 use super::policy::DeliveryPolicy;
 use super::rate::{DeliverRate, Reservation, Turn};
+use crate::net::upstream::Upstream;
 use crate::store::{Claim, Fenced, Settlement, Store, StoreError};
-use crate::upstream::Upstream;
 use idempotency_core::backend::{AttemptFailure, Delivery, RouteName};
 
 /// How often the store is asked for due deliveries when nothing wakes the worker sooner.

@@ -16,8 +16,8 @@ use std::time::Duration;
 use idempotency_outbox::{Health, Outbox, OutboxError, Relay};
 use idempotency_postgres::ConnectOptions;
 
-use crate::scraped::{GaugeSource, Named, ScrapedGauges};
-use crate::status::{OutboxStats, Status};
+use crate::operator::scraped::{GaugeSource, Named, ScrapedGauges};
+use crate::operator::status::{OutboxStats, Status};
 use crate::tls::UpstreamTls;
 use idempotency_outbox::OutboxConfig;
 use idempotency_postgres::DatabaseUrl;

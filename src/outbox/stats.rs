@@ -1,12 +1,12 @@
 //! An outbox's table, counted when asked: by the status page, and by a scrape of `/metrics`,
 //! which sets the outbox's gauges (`idempotency_outbox_pending`, `..._oldest_pending_seconds`,
-//! `..._blocked_aggregates`) from the count (`crate::scraped`), so both say what
+//! `..._blocked_aggregates`) from the count (`crate::operator::scraped`), so both say what
 //! `GET /outbox/{name}` says at that moment.
 
 use async_trait::async_trait;
 
-use crate::scraped::GaugeSource;
-use crate::status::OutboxStats;
+use crate::operator::scraped::GaugeSource;
+use crate::operator::status::OutboxStats;
 use crate::store::StoreError;
 use idempotency_outbox::{
     Outbox, OutboxCounts, BLOCKED_AGGREGATES, OLDEST_PENDING_SECONDS, PENDING,

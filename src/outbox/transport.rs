@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Limited};
 use tower::ServiceExt;
 
 use super::OutboxSettings;
-use crate::upstream::{Originated, PoolSettings, Upstream};
+use crate::net::upstream::{Originated, PoolSettings, Upstream};
 use idempotency_core::BoxError;
 use idempotency_outbox::Transport;
 

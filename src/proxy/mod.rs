@@ -1,5 +1,6 @@
-//! Assembling the proxy from its settings, running it until shutdown, and reloading its config
-//! while it runs.
+//! The [`Proxy`] handle: assembling the proxy from its settings, serving a listener until
+//! shutdown, and reloading its config while it runs. The process around it (worker threads,
+//! signals, the admin listener) is `process/`.
 //!
 //! What one config makes (the routes and their stacks, what the admin endpoints read) is a
 //! generation (`generation.rs`); a reload ([`Proxy::reload`], with `reload.rs` deciding whether
@@ -18,18 +19,16 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 
-use crate::admin::{self, AdminView, Reload};
 use crate::config::config_digest;
 use crate::config::{ConfigError, Overrides, Settings};
 use crate::consumer::Consumers;
 use crate::inbox::{QueueStats, RouteInbox};
-use crate::metric_catalog;
+use crate::net::server::{self, LiveApp};
+use crate::operator::admin::{self, AdminView, Reload};
+use crate::operator::scraped::{GaugeSource, Named};
+use crate::operator::status::{ConfigSummary, Status};
 use crate::outbox::{self, Outboxes};
-use crate::scraped::{GaugeSource, Named};
-use crate::server::{self, LiveApp};
-use crate::status::{ConfigSummary, Status};
 use crate::store::{self, MemoryStore, Store, StoreError, StoreSpec};
 use crate::tls::TlsListener;
 use generation::Kept;
@@ -236,11 +235,16 @@ impl Proxy {
 
     /// A reload reads files and parses certificates: blocking work, kept off the workers that
     /// serve requests.
-    async fn reload_off_the_runtime(self) -> Result<String, ConfigError> {
+    pub(crate) async fn reload_off_the_runtime(self) -> Result<String, ConfigError> {
         match tokio::task::spawn_blocking(move || self.reload()).await {
             Ok(outcome) => outcome,
             Err(e) => std::panic::resume_unwind(e.into_panic()),
         }
+    }
+
+    /// The running config's `drain_timeout`: how long a shutdown waits for what is in flight.
+    pub(crate) fn drain_timeout(&self) -> Duration {
+        self.inner.reloads.running().drain_timeout
     }
 
     /// Serves clients on `listener` (HTTPS only, when the settings name a certificate) until
@@ -317,196 +321,6 @@ impl Reload for Proxy {
     fn reload(&self) -> Pin<Box<dyn Future<Output = Result<String, ConfigError>> + Send>> {
         Box::pin(self.clone().reload_off_the_runtime())
     }
-}
-
-async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartError::Bind { addr, source })
-}
-
-/// Runs the proxy the settings describe, and its admin listener if set, until Ctrl-C or
-/// SIGTERM, then drains. SIGHUP reloads the config (`overrides` are what it was loaded from).
-///
-/// Clients are served by `workers` threads, each with a single-threaded runtime and a listener
-/// socket of its own on the same address (`SO_REUSEPORT`: the kernel spreads new connections
-/// over them), so a connection, its requests and their upstream connections are driven by one
-/// thread from start to end, and no request's work hops between threads. Measured against one
-/// multi-threaded runtime, this cut the CPU time per request by about a sixth. The thread that
-/// calls this runs the store's background work, the admin listener and the signals.
-pub(crate) fn run(settings: Settings, overrides: Overrides) -> Result<(), StartError> {
-    let failed = |source| StartError::Bind {
-        addr: settings.listen,
-        source,
-    };
-    let main = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(failed)?;
-    main.block_on(serve_on_workers(settings, overrides))
-}
-
-async fn serve_on_workers(settings: Settings, overrides: Overrides) -> Result<(), StartError> {
-    metric_catalog::describe_metrics();
-    let proxy = Proxy::open(&settings).await?.reload_from(overrides);
-    // Before the listener is bound: from then on a SIGHUP must reload, never end the process.
-    let hangups = reload_on_hangup(&proxy);
-    let relay_only = settings.routes.is_empty();
-    let listeners = if relay_only {
-        Vec::new()
-    } else {
-        worker_listeners(settings.listen, settings.workers)?
-    };
-    let admin = match settings.admin_listen {
-        Some(addr) => Some(spawn_admin(&proxy, addr).await?),
-        None => None,
-    };
-    if relay_only {
-        tracing::info!(
-            outboxes = settings.outboxes.len(),
-            "relaying outboxes only: no routes, no listener"
-        );
-    } else {
-        let scheme = if settings.tls.is_some() {
-            "https"
-        } else {
-            "http"
-        };
-        tracing::info!(listen = %settings.listen, scheme, store = %settings.store, routes = settings.routes.len(), workers = settings.workers, "proxy listening");
-    }
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let workers: Vec<_> = listeners
-        .into_iter()
-        .enumerate()
-        .map(|(n, listener)| spawn_worker(n, proxy.clone(), listener, stopped.clone()))
-        .collect::<Result<_, _>>()
-        .map_err(|source| StartError::Bind {
-            addr: settings.listen,
-            source,
-        })?;
-    server::shutdown_signal().await;
-    let _ = stop.send(true);
-    // The relays drain beside the workers, within the same drain_timeout.
-    let drain_timeout = proxy.inner.reloads.running().drain_timeout;
-    let workers = async {
-        for worker in workers {
-            let _ = tokio::task::spawn_blocking(move || worker.join()).await;
-        }
-    };
-    tokio::join!(
-        proxy.drain_outboxes(drain_timeout),
-        proxy.drain_consumers(),
-        workers
-    );
-    drop(admin);
-    hangups.abort();
-    tracing::info!("stopped");
-    Ok(())
-}
-
-/// One worker thread: its runtime serves its listener until told to stop, then drains its
-/// connections, and waits for operations still running (on any worker) within what is left of
-/// the drain.
-fn spawn_worker(
-    n: usize,
-    proxy: Proxy,
-    listener: std::net::TcpListener,
-    mut stopped: tokio::sync::watch::Receiver<bool>,
-) -> std::io::Result<std::thread::JoinHandle<()>> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    std::thread::Builder::new()
-        .name(format!("worker-{n}"))
-        .spawn(move || {
-            runtime.block_on(async move {
-                let Ok(listener) = TcpListener::from_std(listener) else {
-                    return tracing::error!("a worker could not take its listener");
-                };
-                let shutdown = async move {
-                    let _ = stopped.wait_for(|stop| *stop).await;
-                };
-                proxy.serve(listener, shutdown).await;
-            });
-        })
-}
-
-/// One listener per worker, all on `addr`, sharing it by `SO_REUSEPORT`.
-///
-/// The address is first bound for a moment without `SO_REUSEPORT`: that fails when anything
-/// already listens there, so a second proxy started on a running one's address stops with
-/// "address in use" instead of joining its group and taking a share of its connections (the
-/// kernel lets any process of the same user join). It also turns a port of 0 into the one
-/// port every worker then shares.
-fn worker_listeners(
-    addr: SocketAddr,
-    workers: usize,
-) -> Result<Vec<std::net::TcpListener>, StartError> {
-    let probe =
-        std::net::TcpListener::bind(addr).map_err(|source| StartError::Bind { addr, source })?;
-    let addr = probe
-        .local_addr()
-        .map_err(|source| StartError::Bind { addr, source })?;
-    drop(probe);
-    (0..workers).map(|_| reuse_port_listener(addr)).collect()
-}
-
-/// A listener on `addr` that other sockets may share (`SO_REUSEPORT`), one per worker.
-fn reuse_port_listener(addr: SocketAddr) -> Result<std::net::TcpListener, StartError> {
-    let bind = || {
-        let socket = socket2::Socket::new(
-            socket2::Domain::for_address(addr),
-            socket2::Type::STREAM,
-            None,
-        )?;
-        socket.set_reuse_address(true)?;
-        socket.set_reuse_port(true)?;
-        socket.set_nonblocking(true)?;
-        socket.bind(&addr.into())?;
-        socket.listen(1024)?;
-        Ok(socket.into())
-    };
-    bind().map_err(|source| StartError::Bind { addr, source })
-}
-
-/// Reloads the config on every SIGHUP, one at a time.
-#[cfg(unix)]
-fn reload_on_hangup(proxy: &Proxy) -> tokio::task::JoinHandle<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let proxy = proxy.clone();
-    let hangups = signal(SignalKind::hangup());
-    tokio::spawn(async move {
-        let mut hangups = match hangups {
-            Ok(hangups) => hangups,
-            Err(e) => {
-                return tracing::warn!(error = %e, "SIGHUP cannot be caught; reload with POST /reload")
-            }
-        };
-        while hangups.recv().await.is_some() {
-            tracing::info!("SIGHUP: reloading the config");
-            // The outcome is logged and counted by the reload itself.
-            let _ = proxy.clone().reload_off_the_runtime().await;
-        }
-    })
-}
-
-/// Without SIGHUP, `POST /reload` is the way to reload.
-#[cfg(not(unix))]
-fn reload_on_hangup(_: &Proxy) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async {})
-}
-
-/// Serves the admin endpoints on `addr` until the returned sender is dropped. They stay up
-/// through the drain, so probes and metrics can watch it.
-async fn spawn_admin(proxy: &Proxy, addr: SocketAddr) -> Result<oneshot::Sender<()>, StartError> {
-    let listener = bind(addr).await?;
-    let (stop, stopped) = oneshot::channel::<()>();
-    let admin = axum::serve(listener, proxy.admin()).with_graceful_shutdown(async move {
-        let _ = stopped.await;
-    });
-    tokio::spawn(async move { admin.await });
-    tracing::info!(%addr, "admin listening");
-    Ok(stop)
 }
 
 /// A Postgres store that refuses to open for its tables or settings (not for an unreachable

@@ -18,7 +18,7 @@ use std::time::SystemTime;
 
 use crate::config::config_digest;
 use crate::config::{self, ConfigError, Overrides, Settings};
-use crate::telemetry;
+use crate::operator::telemetry;
 
 /// The running config's digest and how the last reload went, with the reason of a refusal
 /// (the status page shows the same digest and whether the last reload applied).

@@ -243,7 +243,7 @@ fn the_map_reader_resolves_short_paths_and_finds_what_is_missing() {
 | behaviour | where |
 |---|---|
 | the flow | `idempotency/flow.rs` (`wait_for_first`, `existing`), `waiters.rs` |
-| reload | `src/proxy/mod.rs` (`Proxy::reload`), `src/server/live.rs` |
+| reload | `src/proxy/mod.rs` (`Proxy::reload`), `src/net/server/live.rs` |
 | problems | `crates/core/src/error.rs` (`UpstreamFailure`), `problem.rs` (`render_grpc`) |
 | a file named alone | `error.rs` (`Problem::grpc_code`) |
 | gone | `idempotency/flow.rs` (`in_flight`), `model/nowhere.rs`, `Proxy::vanish` |

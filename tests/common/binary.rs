@@ -72,7 +72,7 @@ async fn try_start(
         connected.then_some(true)
     };
     let what = format!("the proxy listening on {listen}");
-    let listening = poll::until(Duration::from_secs(10), what, started).await;
+    let listening = poll::until(Duration::from_secs(30), what, started).await;
     listening.then(|| (child, TestClient::new(listen.parse().unwrap())))
 }
 
@@ -119,8 +119,8 @@ pub fn sigkill(child: &tokio::process::Child) {
     signal::send(child.id().expect("the proxy is running"), "KILL");
 }
 
-/// The exit code, waiting at most 10s for the process to end.
+/// The exit code, waiting at most 30s for the process to end.
 pub async fn exit_code(mut child: tokio::process::Child) -> Option<i32> {
-    let waited = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    let waited = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
     waited.expect("the proxy exits").unwrap().code()
 }

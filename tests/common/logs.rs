@@ -59,7 +59,7 @@ impl Logs {
     pub async fn until_more(&self, text: &str, before: usize) {
         let logged = async || self.count(text) > before;
         let what = format!("a line with {text:?} after the {before} there were");
-        poll::until(Duration::from_secs(10), what, logged).await;
+        poll::until(Duration::from_secs(30), what, logged).await;
     }
 }
 

@@ -2,10 +2,13 @@
 //!
 //! Behaviour is chosen per request by query parameters, so one upstream serves every case:
 //! `status=N`, `delay_ms=N` (or header `x-delay-ms`), `body_len=N` (a body of N bytes), `cookie=1` (adds `Set-Cookie`).
+//! Header `x-hold: NAME` holds the answer until the test calls [`TestUpstream::release`] with
+//! that name: a request stays in progress for as long as the test needs, however slow the
+//! machine, where a delay would have to guess.
 //! Every answer carries the upstream's execution counter in `x-execution` and in its body, so a
 //! test can tell a replay (same counter) from a second execution (a new one).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,6 +33,8 @@ pub struct Seen {
 struct Shared {
     executions: Arc<AtomicU64>,
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// The holds (`x-hold`) the test has let go.
+    released: Arc<Mutex<HashSet<String>>>,
 }
 
 pub struct TestUpstream {
@@ -95,11 +100,16 @@ impl TestUpstream {
     }
 
     /// Waits until a request with this idempotency key has reached the upstream (it is in
-    /// progress there, or answered), at most 10 s.
+    /// progress there, or answered), at most 30 s.
     pub async fn until_executed(&self, key: &str) {
         let executed = async || self.executions_of(key) > 0;
         let what = format!("a request with key {key:?} at the upstream");
-        poll::until(Duration::from_secs(10), what, executed).await;
+        poll::until(Duration::from_secs(30), what, executed).await;
+    }
+
+    /// Lets every request held under `hold` (header `x-hold`) answer, now and from now on.
+    pub fn release(&self, hold: &str) {
+        self.shared.released.lock().unwrap().insert(hold.to_owned());
     }
 
     /// How many requests carried this idempotency key (header `idempotency-key`, as sent).
@@ -138,6 +148,12 @@ async fn handle(
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if let Some(ms) = param("delay_ms").or(header_delay) {
         tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if let Some(hold) = headers.get("x-hold").and_then(|v| v.to_str().ok()) {
+        let released = || shared.released.lock().unwrap().contains(hold);
+        while !released() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
     let status = StatusCode::from_u16(param("status").unwrap_or(201) as u16).unwrap();
     let body = match param("body_len") {

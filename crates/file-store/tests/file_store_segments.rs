@@ -7,7 +7,7 @@ mod crash;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use idempotency_core::backend::{CompletedRecord, FencingToken, Record};
@@ -103,25 +103,55 @@ async fn every_completion_is_there(path: &Path, acks: &[Ack]) {
 async fn kills_while_segments_are_retired_lose_no_acknowledged_completion() {
     let path = TempPath::new("segments-churn.redb");
     let mut acks = Vec::new();
-    // Three lives, each killed at another point of its work; each starts from what the last
-    // left, retirements cut short included.
+    // Three lives, each killed at another point of its work, once it has retired segments
+    // itself (its short-lived records count as current until the second after they expire, so
+    // that takes a second or more however fast the machine): each kill comes while segments
+    // are retired, and each life starts from what the last left, retirements cut short
+    // included.
     for life in [70, 110, 150] {
+        let before = oldest_segment(path.path());
+        let began = Instant::now();
         let lived = run_child(
             "segments_child",
             path.path(),
             "churn",
             Some(SEGMENT),
-            |acks| completions(acks) == life,
+            |acks| {
+                let done = completions(acks) >= life
+                    && oldest_segment(path.path()) >= before + RETIRED_PER_LIFE;
+                done || began.elapsed() > RETIRING
+            },
         );
         assert!(completions(&lived) >= life, "the child stopped early");
+        let retired = oldest_segment(path.path()) - before;
+        assert!(
+            retired >= RETIRED_PER_LIFE,
+            "life {life}: {retired} segments retired in {RETIRING:?}"
+        );
         acks.extend(lived);
         every_completion_is_there(path.path(), &acks).await;
     }
-    let first = crash::segment_number(&segments(path.path())[0]);
+    let first = oldest_segment(path.path());
     assert!(
         first > 10,
         "segments were retired: the oldest left is {first}"
     );
+}
+
+/// Segments each life of the churn test retires before it is killed.
+const RETIRED_PER_LIFE: u32 = 4;
+/// How long a life may write before it has retired them: far longer than it takes on a
+/// loaded machine, which is a second or two.
+const RETIRING: Duration = Duration::from_secs(120);
+
+/// The number of the oldest segment left, 1 before the store was first opened.
+fn oldest_segment(path: &Path) -> u32 {
+    if !crash::log_dir(path).is_dir() {
+        return 1;
+    }
+    segments(path)
+        .first()
+        .map_or(1, |oldest| crash::segment_number(oldest))
 }
 
 /// Checks that every one of `records` is in `store` as it was completed.

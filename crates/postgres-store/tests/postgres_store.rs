@@ -91,7 +91,7 @@ async fn the_purge_deletes_expired_records_and_keeps_live_ones() {
         let n = store.purge_expired().await.unwrap();
         (n > 0).then_some(n)
     };
-    let first = poll::until(Duration::from_secs(10), "expired records purged", purged).await;
+    let first = poll::until(Duration::from_secs(30), "expired records purged", purged).await;
     let rest = store.purge_expired().await.unwrap();
     assert_eq!(first + rest, 2);
     let left = server.psql_on(&db, "SELECT string_agg(key, ',') FROM idempotency_records");

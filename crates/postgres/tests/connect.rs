@@ -60,7 +60,7 @@ async fn the_pool_serves_again_after_the_database_restarts() {
     assert_eq!(answer(pool.clone()).await, None);
     server.restart().await;
     poll::until(
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         "the pool serves again",
         async || answer(pool.clone()).await == Some(1),
     )

@@ -52,7 +52,7 @@ async fn until_expired(conn: &mut MultiplexedConnection, name: &str) {
             .unwrap();
         !exists
     };
-    poll::until(Duration::from_secs(5), format!("{name} expired"), gone).await;
+    poll::until(Duration::from_secs(30), format!("{name} expired"), gone).await;
 }
 
 /// One of each fenced write, each answered `Applied`: a holder renews and completes

@@ -133,17 +133,18 @@ async fn redis_operations_time_out_when_redis_hangs() {
         .with_op_timeout(op_timeout);
     store.ping().await.unwrap();
     relay.freeze();
-    let started = tokio::time::Instant::now();
-    let reserved = store.reserve(&key(), fp(1), LONG).await;
+    // The error names the operation's own time-out, so it is what ended the wait; the outer
+    // bound only keeps a hang from stalling the suite (a loaded machine may be slow to answer,
+    // so the test does not time the answer).
+    let hung = Duration::from_secs(60);
+    let reserved = tokio::time::timeout(hung, store.reserve(&key(), fp(1), LONG)).await;
     assert!(
-        matches!(reserved, Err(StoreError::Timeout(t)) if t == op_timeout),
+        matches!(reserved, Ok(Err(StoreError::Timeout(t))) if t == op_timeout),
         "{reserved:?}"
     );
-    let pinged = store.ping().await;
-    assert!(matches!(pinged, Err(StoreError::Timeout(_))), "{pinged:?}");
+    let pinged = tokio::time::timeout(hung, store.ping()).await;
     assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "took {:?}",
-        started.elapsed()
+        matches!(pinged, Ok(Err(StoreError::Timeout(_)))),
+        "{pinged:?}"
     );
 }

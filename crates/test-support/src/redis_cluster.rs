@@ -180,7 +180,7 @@ impl RedisCluster {
             .unwrap_or_else(|e| panic!("{} does not start: {e}", self.program));
         self.nodes[node] = Some(child);
         self.wait_for(
-            Duration::from_secs(10),
+            Duration::from_secs(30),
             &format!("node {node} to answer PING"),
             || self.cli(node, &["PING"]).trim() == "PONG",
         );

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use crate::signal;
 
 /// How long a fresh `redis-server` may take to answer `PING`.
-const START_TIMEOUT: Duration = Duration::from_secs(5);
+const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one `PING` may take.
 const PING_TIMEOUT: Duration = Duration::from_millis(250);
 /// Attempts at finding a free port, should another process take the one we picked.

@@ -1,0 +1,218 @@
+//! Tests of the `[[outboxes]]` tables (docs/reference.md#outbox-keys): every key read, the
+//! defaults, a relay-only config, `--check` without secrets, and refusals naming the file,
+//! line and key.
+
+use std::time::Duration;
+
+use crate::config::*;
+use idempotency_outbox::OnDead;
+
+fn load_text(text: &str) -> Result<Settings, ConfigError> {
+    load_str("config.toml", text, &Overrides::default())
+}
+
+fn refusal(text: &str) -> String {
+    load_text(text).unwrap_err().to_string()
+}
+
+const EVERY_KEY: &str = r#"
+[[outboxes]]
+name = "payments"
+database = "env:OUTBOX_TESTS_DATABASE_URL"
+table = "app.outbox"
+deliver_to = "http://127.0.0.1:9001/events"
+topics = { "payment.confirmed" = "https://fulfilment.internal/hooks/payments" }
+method = "PUT"
+signing_secret = "env:OUTBOX_TESTS_SIGNING_SECRET"
+poll_interval = "250ms"
+notify_channel = "outbox"
+deliver_concurrency = 8
+deliver_timeout = "10s"
+retry_initial = "2s"
+retry_max = "5m"
+max_attempts = 12
+max_age = "24h"
+lease = "1m"
+on_dead = "block"
+keep_delivered = "0s"
+"#;
+
+fn secrets() {
+    std::env::set_var(
+        "OUTBOX_TESTS_DATABASE_URL",
+        "postgres://relay:hunter2@db.internal:5432/payments",
+    );
+    std::env::set_var(
+        "OUTBOX_TESTS_SIGNING_SECRET",
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    );
+}
+
+#[test]
+fn every_key_is_read_and_a_config_of_outboxes_alone_is_a_relay_only_process() {
+    secrets();
+    let settings = load_text(EVERY_KEY).unwrap();
+    assert!(settings.routes.is_empty(), "relay only");
+    let outbox = &settings.outboxes[0];
+    let relay = &outbox.relay;
+    assert_eq!(relay.name.as_str(), "payments");
+    assert_eq!(
+        outbox.database.to_string(),
+        "postgres://relay@db.internal:5432/payments"
+    );
+    assert_eq!(relay.table.quoted(), "\"app\".\"outbox\"");
+    assert_eq!(relay.destination("other").unwrap().path(), "/events");
+    let topic = relay.destination("payment.confirmed").unwrap();
+    assert_eq!(topic.host(), Some("fulfilment.internal"));
+    assert_eq!(relay.method, http::Method::PUT);
+    assert!(relay.signer.is_some());
+    assert_eq!(relay.poll_interval, Duration::from_millis(250));
+    assert_eq!(relay.notify_channel.as_deref(), Some("outbox"));
+    assert_eq!(relay.deliver_concurrency, 8);
+    assert_eq!(relay.deliver_timeout, Duration::from_secs(10));
+    assert_eq!(relay.retry.initial, Duration::from_secs(2));
+    assert_eq!(relay.retry.max, Duration::from_secs(300));
+    assert_eq!(relay.max_attempts, 12);
+    assert_eq!(relay.max_age, Duration::from_secs(86_400));
+    assert_eq!(relay.lease, Duration::from_secs(60));
+    assert_eq!(relay.on_dead, OnDead::Block);
+    assert_eq!(relay.keep_delivered, Duration::ZERO);
+    // An https:// topic: the client config is built.
+    assert!(outbox.upstream_tls.client_config_for_https().is_some());
+}
+
+#[test]
+fn defaults_are_the_documented_ones() {
+    let text = "[[outboxes]]\nname = \"o\"\ndatabase = \"postgres://u@h/d\"\ndeliver_to = \"http://127.0.0.1:9/\"\n";
+    let settings = load_text(text).unwrap();
+    let relay = &settings.outboxes[0].relay;
+    assert_eq!(relay.table.as_str(), "outbox");
+    assert_eq!(relay.method, http::Method::POST);
+    assert!(relay.signer.is_none() && relay.notify_channel.is_none());
+    assert_eq!(relay.poll_interval, Duration::from_millis(500));
+    assert_eq!(relay.deliver_concurrency, 16);
+    assert_eq!(relay.deliver_timeout, Duration::from_secs(30));
+    assert_eq!(relay.retry.initial, Duration::from_secs(1));
+    assert_eq!(relay.retry.max, Duration::from_secs(600));
+    assert_eq!(relay.max_attempts, 20);
+    assert_eq!(relay.max_age, Duration::from_secs(72 * 3600));
+    assert_eq!(relay.lease, Duration::from_secs(30));
+    assert_eq!(relay.on_dead, OnDead::Skip);
+    assert_eq!(relay.keep_delivered, Duration::from_secs(86_400));
+    assert!(settings.outboxes[0]
+        .upstream_tls
+        .client_config_for_https()
+        .is_none());
+}
+
+#[test]
+fn check_prints_references_never_secrets_and_loads_back_the_same() {
+    secrets();
+    let with_routes = format!("upstream = \"http://127.0.0.1:9000\"\n{EVERY_KEY}");
+    let inline = with_routes.replace(
+        "env:OUTBOX_TESTS_DATABASE_URL",
+        "postgres://relay:hunter2@db.internal:5432/payments",
+    );
+    for text in [with_routes.as_str(), inline.as_str()] {
+        let printed = load_text(text).unwrap().to_toml();
+        assert!(
+            !printed.contains("hunter2") && !printed.contains("whsec_"),
+            "{printed}"
+        );
+        assert!(printed.contains("[[outboxes]]") && printed.contains("on_dead = \"block\""));
+        assert!(printed.contains("signing_secret = \"env:OUTBOX_TESTS_SIGNING_SECRET\""));
+        let again = load_text(&printed).unwrap().to_toml();
+        assert_eq!(again, printed);
+    }
+    let printed = load_text(&inline).unwrap().to_toml();
+    assert!(printed.contains("database = \"postgres://relay@db.internal:5432/payments\""));
+}
+
+#[test]
+fn refusals_name_the_file_line_and_key() {
+    secrets();
+    let base = "[[outboxes]]\nname = \"o\"\ndatabase = \"postgres://u@h/d\"\ndeliver_to = \"http://127.0.0.1:9/\"\n";
+    let cases = [
+        (format!("{base}retries = 3\n"), "config.toml:5: unknown key \"retries\""),
+        (format!("{base}on_dead = \"maybe\"\n"), "config.toml:5: key \"on_dead\""),
+        (format!("{base}retry_initial = \"1m\"\nretry_max = \"1s\"\n"), "config.toml:6: key \"retry_max\": retry_max must be at least retry_initial"),
+        (format!("{base}deliver_concurrency = 0\n"), "config.toml:5: key \"deliver_concurrency\": 0 is outside 1..=65536"),
+        (format!("{base}poll_interval = \"0s\"\n"), "config.toml:5: key \"poll_interval\""),
+        (format!("{base}signing_secret = \"whsec_abc\"\n"), "config.toml:5: key \"signing_secret\": a secret is given as"),
+        (format!("{base}signing_secret = \"env:OUTBOX_TESTS_DATABASE_URL\"\n"), "config.toml:5: key \"signing_secret\": the secret in env:OUTBOX_TESTS_DATABASE_URL must be whsec_"),
+        (format!("{base}topics = {{ \"a\" = \"ftp://x/\" }}\n"), "config.toml:5: key \"topics\": topic \"a\": invalid destination URL"),
+        (format!("{base}table = \"a.b.c\"\n"), "config.toml:5: key \"table\""),
+        (format!("{base}name = \"x\"\n"), "config.toml:5: key \"name\": duplicate key"),
+        (format!("{base}{base}"), "config.toml:6: key \"name\": outbox name \"o\" is already used on line 1"),
+        ("[[outboxes]]\nname = \"o\"\ndeliver_to = \"http://h:1/\"\n".to_owned(), "config.toml:1: key \"database\": every [[outboxes]] table needs a database"),
+        ("[[outboxes]]\nname = \"o\"\ndatabase = \"mysql://h/d\"\ndeliver_to = \"http://h:1/\"\n".to_owned(), "config.toml:3: key \"database\": database URL: expected postgres://"),
+        ("[[outboxes]]\nname = \"o\"\ndatabase = \"postgres://u@h/d\"\n".to_owned(), "config.toml:1: key \"deliver_to\": an outbox needs deliver_to"),
+        ("[[outboxes]]\nname = \"o o\"\n".to_owned(), "config.toml:2: key \"name\": outbox name \"o o\""),
+    ];
+    for (text, expected) in cases {
+        let refused = refusal(&text);
+        assert!(refused.starts_with(expected), "{text}\n=> {refused}");
+    }
+}
+
+#[test]
+fn a_config_with_routes_and_outboxes_serves_both_and_one_with_neither_is_refused() {
+    let text = "upstream = \"http://127.0.0.1:9000\"\n[[outboxes]]\nname = \"o\"\ndatabase = \"postgres://u@h/d\"\ndeliver_to = \"http://127.0.0.1:9/\"\n";
+    let settings = load_text(text).unwrap();
+    assert_eq!((settings.routes.len(), settings.outboxes.len()), (1, 1));
+    assert!(matches!(load_text(""), Err(ConfigError::NoUpstream)));
+}
+
+#[test]
+fn the_example_configs_outbox_loads_once_uncommented() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
+    let example = std::fs::read_to_string(path).unwrap();
+    let block = example.split_once("# [[outboxes]]").unwrap().1;
+    let mut text = "[[outboxes]]".to_owned();
+    for line in block.lines().skip(1).take_while(|l| l.starts_with("# ")) {
+        text.push('\n');
+        text.push_str(&line[2..]);
+    }
+    std::env::set_var("OUTBOX_DATABASE_URL", "postgres://app@127.0.0.1:5432/app");
+    std::env::set_var(
+        "OUTBOX_SIGNING_SECRET",
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    );
+    let refused = load_text(&text).unwrap_err().to_string();
+    // Everything but the CA file, which the example only names.
+    assert!(refused.contains("key \"upstream_ca\""), "{refused}");
+    let without_ca = text.replace("upstream_ca = \"file:ca.pem\"", "");
+    let settings = load_text(&without_ca).unwrap();
+    assert_eq!(settings.outboxes[0].relay.name.as_str(), "payments");
+    assert_eq!(settings.outboxes[0].relay.topics.len(), 1);
+}
+
+#[test]
+fn a_reload_may_not_change_the_outboxes_nor_turn_a_relay_only_process_into_a_proxy() {
+    let outbox = "[[outboxes]]\nname = \"o\"\ndatabase = \"postgres://u@h/d\"\ndeliver_to = \"http://127.0.0.1:9/\"\n";
+    let running = load_text(outbox).unwrap();
+    let file = std::env::temp_dir().join(format!("outbox-reload-{}.toml", std::process::id()));
+    let cli = Overrides {
+        config: Some(file.clone()),
+        ..Overrides::default()
+    };
+    let reload = |text: &str| {
+        std::fs::write(&file, text).unwrap();
+        load_for_reload(&cli, &running).map_err(|e| e.to_string())
+    };
+    assert!(reload(outbox).is_ok(), "the same outboxes");
+    let changed =
+        reload(&outbox.replace("http://127.0.0.1:9/", "http://127.0.0.1:10/")).unwrap_err();
+    assert!(
+        changed.contains(":1: key \"outboxes\": [o] -> [o] (or their keys) needs a restart"),
+        "{changed}"
+    );
+    let renamed = reload(&outbox.replace("name = \"o\"", "name = \"p\"")).unwrap_err();
+    assert!(renamed.contains("[o] -> [p]"), "{renamed}");
+    let routes = reload(&format!("upstream = \"http://127.0.0.1:9000\"\n{outbox}")).unwrap_err();
+    assert!(
+        routes.contains("key \"routes\": a relay-only process -> routes needs a restart"),
+        "{routes}"
+    );
+    let _ = std::fs::remove_file(&file);
+}
