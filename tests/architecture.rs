@@ -8,11 +8,11 @@
 //! An import is any `crate::NAME` path, and each name of a `use crate::{...}` group, in code
 //! outside `#[cfg(test)]` items: tests may look at anything.
 //!
-//! `architecture/map.rs` holds ARCHITECTURE.md's tables to the files and functions they name.
+//! It also holds ARCHITECTURE.md to the tree: every path the page names is there.
 
 mod common;
-#[path = "architecture/map.rs"]
-mod map;
+
+use common::markdown::{code_spans, read, repo};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -230,7 +230,7 @@ fn modules_import_only_from_layers_below_their_own() {
     }
     assert!(
         wrong.is_empty(),
-        "imports against the module order (ARCHITECTURE.md, \"Layers\"): {wrong:?}"
+        "imports against the module order (ARCHITECTURE.md, \"The proxy's folders\"): {wrong:?}"
     );
 }
 
@@ -284,4 +284,85 @@ fn the_reader_sees_imports_and_leaves_tests_out() {
         edges["net::server"]
     );
     assert!(edges["process"].contains("proxy"), "{:?}", edges["process"]);
+}
+
+/// Whether a code span names a path: a folder (`src/net/`) or a file with an extension, no
+/// spaces. A span that starts with `/` is an HTTP path (`/metrics`), never the repository's.
+fn is_path(span: &str) -> bool {
+    let file = [".rs", ".md", ".toml", ".txt", ".html", ".json", ".yml"];
+    !span.contains([' ', ':', '*', '<'])
+        && !span.starts_with(['/', '.'])
+        && (span.ends_with('/') || file.iter().any(|e| span.ends_with(e)))
+}
+
+/// Every path ARCHITECTURE.md names is there. A path from the repository's root
+/// (`src/net/server/`) must exist as written; a short one (`flow.rs`, `routes/`) must exist
+/// at the root or under one of the folders the page names in full.
+#[test]
+fn every_path_architecture_md_names_is_there() {
+    let page = read("ARCHITECTURE.md");
+    let root = repo();
+    let top: BTreeSet<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let spans: Vec<String> = code_spans(&page)
+        .into_iter()
+        .filter(|s| is_path(s))
+        .collect();
+    let (full, short): (Vec<&String>, Vec<&String>) = spans
+        .iter()
+        .partition(|span| top.contains(span.split('/').next().unwrap()));
+    let folders: Vec<PathBuf> = full
+        .iter()
+        .filter(|span| span.ends_with('/'))
+        .map(|span| root.join(span.as_str()))
+        .collect();
+    let mut missing: Vec<&str> = full
+        .iter()
+        .filter(|span| !root.join(span.as_str()).exists())
+        .map(|span| span.as_str())
+        .collect();
+    missing.extend(
+        short
+            .iter()
+            .filter(|span| !root.join(span.as_str()).exists())
+            .filter(|span| !folders.iter().any(|f| has_under(f, span)))
+            .map(|span| span.as_str()),
+    );
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md names what is not there: {missing:?}"
+    );
+    assert!(full.len() >= 30, "only {} full paths found", full.len());
+}
+
+/// Whether `path` is in `folder` or in a folder under it.
+fn has_under(folder: &Path, path: &str) -> bool {
+    if folder.join(path).exists() {
+        return true;
+    }
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return false;
+    };
+    entries
+        .map(|entry| entry.unwrap().path())
+        .filter(|p| p.is_dir() && !p.ends_with("target") && !p.ends_with(".git"))
+        .any(|dir| has_under(&dir, path))
+}
+
+#[test]
+fn the_path_check_tells_paths_from_other_spans() {
+    let spans = [
+        "src/net/",
+        "flow.rs",
+        "/metrics",
+        "Store::reserve",
+        "POST",
+        "a b.rs",
+    ];
+    let paths: Vec<&str> = spans.into_iter().filter(|s| is_path(s)).collect();
+    assert_eq!(paths, ["src/net/", "flow.rs"]);
+    assert!(has_under(&repo().join("crates/core/"), "flow.rs"));
+    assert!(!has_under(&repo().join("src/"), "no_such_file.rs"));
 }

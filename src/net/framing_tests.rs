@@ -1,3 +1,6 @@
+//! Tests of the framing guard: an ambiguous head is refused however its bytes arrive, clean
+//! requests pass, and a head the guard cannot read is left to hyper.
+
 use super::*;
 
 const CLEAN: &[u8] = b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello";

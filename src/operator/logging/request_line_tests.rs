@@ -1,3 +1,6 @@
+//! Tests that the request line reads the same whether written straight or through a tracing
+//! event.
+
 use super::*;
 use crate::operator::logging::captured::Captured;
 use crate::operator::logging::text::TextLine;

@@ -1,3 +1,6 @@
+//! Tests that the text log's own line writer writes what the general formatter would, byte
+//! for byte, timestamps included.
+
 use std::time::Duration;
 
 use tracing_subscriber::fmt::format::Writer;
