@@ -24,4 +24,9 @@ pub use build::BuildError;
 pub use engine::{Consumer, Upstream};
 pub use settings::{BadKeyFrom, ConsumerSettings, KeyFrom, NoKey};
 pub use source::{Delivery, Message, Settle, Source, SourceError};
+/// The README's example, compiled as a doc test.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub use stats::{Counts, DeadMessage, Stats, DELIVERY_SECONDS, IN_FLIGHT, LAG, MESSAGES_TOTAL};
