@@ -121,6 +121,9 @@ pub fn run() -> ExitCode {
     };
     if cli.check {
         print!("{}", settings.to_toml());
+        for line in crate::outbox::duplicate_window_lines(&settings.outboxes) {
+            eprintln!("idempotency-proxy: warning: {line}");
+        }
         return ExitCode::SUCCESS;
     }
     let _logging = logging::init(settings.log_format);

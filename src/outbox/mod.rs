@@ -13,7 +13,9 @@ mod transport;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use idempotency_outbox::{Health, Outbox, OutboxError, Relay};
+use idempotency_outbox::{
+    duplicate_window_warnings, DestinationKind, Health, Outbox, OutboxError, Relay,
+};
 use idempotency_postgres::ConnectOptions;
 
 use crate::operator::scraped::{GaugeSource, Named, ScrapedGauges};
@@ -36,6 +38,35 @@ pub struct OutboxSettings {
     pub database_reference: String,
     /// What connections to `https://` receivers trust and present.
     pub upstream_tls: UpstreamTls,
+}
+
+/// How long a NATS server has to say its streams' duplicate windows, at start and in `--check`.
+const WINDOW_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// For `--check`: a line for each JetStream stream an outbox publishes to whose duplicate
+/// window is shorter than `lease` plus `retry_max`, asked of the servers now.
+pub(crate) fn duplicate_window_lines(settings: &[OutboxSettings]) -> Vec<String> {
+    let any_nats = settings.iter().any(|outbox| {
+        let relay = &outbox.relay;
+        let mut urls = relay.deliver_to.iter().chain(relay.topics.values());
+        urls.any(|url| DestinationKind::of(url) == Some(DestinationKind::JetStream))
+    });
+    if !any_nats {
+        return Vec::new();
+    }
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return vec!["the duplicate windows cannot be checked: no runtime".to_owned()];
+    };
+    runtime.block_on(async {
+        let mut lines = Vec::new();
+        for outbox in settings {
+            lines.extend(duplicate_window_warnings(&outbox.relay, WINDOW_CHECK_TIMEOUT).await);
+        }
+        lines
+    })
 }
 
 /// Database connections each outbox keeps: its claims, its marks, its purge and the admin
@@ -80,6 +111,13 @@ pub(crate) async fn check(settings: &[OutboxSettings]) -> Result<Checked, String
             }
         }
         checked.push((opened, Arc::new(UpstreamTransport::new(outbox))));
+        // Asked in the background: a NATS server that is down must not delay the start.
+        let relay = outbox.relay.clone();
+        tokio::spawn(async move {
+            for line in duplicate_window_warnings(&relay, WINDOW_CHECK_TIMEOUT).await {
+                tracing::warn!(outbox = %relay.name, "{line}");
+            }
+        });
     }
     if refused.is_empty() {
         Ok(Checked(checked))

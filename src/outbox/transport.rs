@@ -16,7 +16,7 @@ use tower::ServiceExt;
 use super::OutboxSettings;
 use crate::net::upstream::{Originated, PoolSettings, Upstream};
 use idempotency_core::BoxError;
-use idempotency_outbox::Transport;
+use idempotency_outbox::{DestinationKind, Transport};
 
 /// How much of an answer's body is read (and dropped) so its connection can be used again;
 /// past it the connection is closed instead.
@@ -36,6 +36,8 @@ impl UpstreamTransport {
             .deliver_to
             .iter()
             .chain(relay.topics.values())
+            // Brokers are reached by the outbox's own clients, never through an upstream.
+            .filter(|url| DestinationKind::of(url) == Some(DestinationKind::Http))
             .filter_map(|url| {
                 let origin = origin(url)?;
                 let base: Uri = origin.parse().ok()?;

@@ -29,7 +29,7 @@ async fn broker(test: &str) -> Option<(RabbitVhost, Channel)> {
     let vhost = RabbitVhost::create(test)?;
     let properties = ConnectionProperties::default()
         .with_executor(tokio_executor_trait::Tokio::current())
-        .with_reactor(tokio_reactor_trait::Tokio);
+        .with_reactor(tokio_reactor_trait::Tokio::current());
     let connection = Connection::connect(&vhost.url(), properties).await.unwrap();
     let channel = connection.create_channel().await.unwrap();
     let durable = QueueDeclareOptions {

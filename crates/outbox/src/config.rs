@@ -8,6 +8,7 @@ use http::{Method, Uri};
 use idempotency_core::proxy::backoff::Backoff;
 use idempotency_core::proxy::WebhookSigner;
 
+use crate::destination::DestinationKind;
 use crate::names::{OutboxName, TableName};
 
 /// Added to `deliver_timeout` in a claim's lease, so that an attempt (and the mark after it)
@@ -46,7 +47,12 @@ pub struct OutboxConfig {
     pub deliver_to: Option<Uri>,
     /// Where each listed topic goes (`topics`).
     pub topics: BTreeMap<String, Uri>,
-    /// The method of every attempt (`method`, default `POST`).
+    /// Put before a topic to make its JetStream subject (`nats_subject_prefix`, default "").
+    pub nats_subject_prefix: String,
+    /// The exchange RabbitMQ destinations publish to, the topic as the routing key
+    /// (`amqp_exchange`, default "": the default exchange).
+    pub amqp_exchange: String,
+    /// The method of every HTTP attempt (`method`, default `POST`).
     pub method: Method,
     /// Signs every attempt as Standard Webhooks do, when set (`signing_secret`).
     pub signer: Option<WebhookSigner>,
@@ -83,6 +89,8 @@ impl OutboxConfig {
             table: TableName::default(),
             deliver_to: None,
             topics: BTreeMap::new(),
+            nats_subject_prefix: String::new(),
+            amqp_exchange: String::new(),
             method: Method::POST,
             signer: None,
             poll_interval: Duration::from_millis(500),
@@ -148,32 +156,80 @@ impl OutboxConfig {
     }
 }
 
-/// Checks a destination URL: `http://` or `https://`, with a host, without user info (a
-/// password in a URL ends up in logs).
+/// Checks a destination URL: `http://` or `https://` (a receiver), `nats://` or `tls://`
+/// (JetStream), `amqp://` or `amqps://` (RabbitMQ), with a host; or reads one from `env:NAME`
+/// or `file:PATH`. An HTTP URL takes no user info
+/// (a receiver's URL is logged as it is); a broker URL may carry its credentials, which are
+/// shown as `***` ([`redacted`](crate::redacted)) wherever the URL is shown, this error
+/// included.
 ///
 /// ```
 /// use idempotency_outbox::destination;
 /// assert!(destination("https://fulfilment.internal/hooks/payments?v=2").is_ok());
+/// assert!(destination("amqp://app:s3cret@mq:5672/orders").is_ok());
+/// assert!(destination("nats://127.0.0.1:4222").is_ok());
 /// assert!(destination("ftp://host/x").is_err() && destination("http://u:p@host/").is_err());
 /// ```
 pub fn destination(raw: &str) -> Result<Uri, String> {
-    let bad = |why: &str| {
-        format!("invalid destination URL {raw:?} ({why}): expected http[s]://HOST[:PORT]/path")
-    };
+    if let Some(text) = referenced(raw)? {
+        let text = text.trim();
+        if text.starts_with("env:") || text.starts_with("file:") {
+            return Err(format!("{raw} holds another reference, not a URL"));
+        }
+        return destination(text).map_err(|why| format!("{why} (read from {raw})"));
+    }
+    let expected = "expected http[s]://HOST[:PORT]/path, nats://HOST:PORT, tls://HOST:PORT \
+                    or amqp[s]://USER:PASS@HOST:PORT/VHOST";
     let uri: Uri = raw
         .parse()
-        .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
+        .map_err(|e: http::uri::InvalidUri| format!("invalid destination URL ({e}): {expected}"))?;
+    let bad = |why: &str| {
+        let shown = crate::redacted(&uri);
+        format!("invalid destination URL {shown:?} ({why}): {expected}")
+    };
     let authority = uri
         .authority()
         .map(http::uri::Authority::as_str)
         .unwrap_or_default();
+    let Some(kind) = DestinationKind::of(&uri) else {
+        return Err(bad("an unknown scheme"));
+    };
     match () {
-        () if !matches!(uri.scheme_str(), Some("http" | "https")) => {
-            Err(bad("not http:// or https://"))
-        }
         () if uri.host().is_none_or(str::is_empty) => Err(bad("no host")),
-        () if authority.contains('@') => Err(bad("user info is not allowed")),
+        () if kind == DestinationKind::Http && authority.contains('@') => {
+            Err(bad("user info is not allowed"))
+        }
+        () if !built_in(kind) => Err(bad(&format!(
+            "{} destinations are not built in (cargo feature {:?})",
+            kind.as_str(),
+            kind.feature()
+        ))),
         () => Ok(uri),
+    }
+}
+
+/// The URL an `env:NAME` or `file:PATH` reference holds (a file's trailing newline dropped);
+/// `None` for a URL written inline.
+fn referenced(raw: &str) -> Result<Option<String>, String> {
+    if let Some(name) = raw.strip_prefix("env:") {
+        let value =
+            std::env::var(name).map_err(|_| format!("environment variable {name:?} is not set"))?;
+        return Ok(Some(value));
+    }
+    if let Some(path) = raw.strip_prefix("file:") {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
+        return Ok(Some(text.trim_end_matches(['\r', '\n']).to_owned()));
+    }
+    Ok(None)
+}
+
+/// Whether this build publishes to `kind`.
+fn built_in(kind: DestinationKind) -> bool {
+    match kind {
+        DestinationKind::Http => true,
+        DestinationKind::JetStream => cfg!(feature = "nats"),
+        DestinationKind::Amqp => cfg!(feature = "amqp"),
     }
 }
 
@@ -202,6 +258,25 @@ mod tests {
         );
         config.deliver_to = None;
         assert_eq!(config.destination("other"), None);
+    }
+
+    #[test]
+    fn brokers_are_destinations_and_their_credentials_never_shown() {
+        assert!(destination("amqp://app:s3cret@mq:5672/orders").is_ok());
+        assert!(destination("tls://nats.internal:4222").is_ok());
+        let refused = destination("http://app:s3cret@host/events").unwrap_err();
+        assert!(
+            refused.contains("user info") && !refused.contains("s3cret"),
+            "{refused}"
+        );
+        std::env::set_var(
+            "OUTBOX_CONFIG_TEST_URL",
+            "amqps://app:s3cret@mq:5671/orders\n",
+        );
+        let read = destination("env:OUTBOX_CONFIG_TEST_URL").unwrap();
+        assert_eq!(crate::redacted(&read), "amqps://app:***@mq:5671/orders");
+        let missing = destination("env:OUTBOX_CONFIG_TEST_UNSET").unwrap_err();
+        assert!(missing.contains("is not set"), "{missing}");
     }
 
     #[test]

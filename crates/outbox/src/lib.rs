@@ -1,4 +1,5 @@
-//! The transactional outbox over PostgreSQL, delivered over HTTP.
+//! The transactional outbox over PostgreSQL, delivered over HTTP, to NATS JetStream or to
+//! RabbitMQ.
 //!
 //! An application that must both change its state and tell another service (a payment
 //! confirmed, so fulfilment must ship) inserts the event into an outbox table **in the same
@@ -13,20 +14,21 @@
 //!   `seq` in commit order and (optionally) wake the relay on every insert.
 //! - [`Outbox`]: one table and its database: the start-up check ([`Outbox::check_table`]),
 //!   the counts, the dead rows, retrying or deleting one.
-//! - [`Relay`]: claims due rows with a lease, sends each through a [`Transport`] (any HTTP
-//!   client) outside any transaction, writes the outcome fenced by its claim, retries with
+//! - [`Relay`]: claims due rows with a lease, publishes each through its destination's
+//!   [`Publisher`] (HTTP through a [`Transport`], any HTTP client; JetStream and RabbitMQ
+//!   through [`destination::nats`] and [`destination::amqp`]) outside any transaction, writes the outcome fenced by its claim, retries with
 //!   backoff, keeps each aggregate's rows in order, and drains on request.
 //!
 //! The relay runs on a tokio runtime; [`Outbox::start_relay`] must be called within one.
 #![forbid(unsafe_code)]
 
 mod config;
+pub mod destination;
 mod enqueue;
 mod metrics;
 mod names;
 mod outbox;
 mod relay;
-mod request;
 mod row;
 mod schema;
 mod sql;
@@ -35,6 +37,10 @@ mod transport;
 mod verdict;
 
 pub use config::{destination, OnDead, OutboxConfig, LEASE_MARGIN};
+pub use destination::{
+    duplicate_window_warnings, redacted, Delivery, DestinationKind, Destinations, HttpPublisher,
+    Message, Publisher,
+};
 pub use enqueue::{enqueue, Event, Payload};
 /// The client the helper and the relay speak to PostgreSQL with.
 pub use idempotency_postgres::tokio_postgres;

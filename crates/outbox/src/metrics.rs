@@ -57,7 +57,7 @@ impl OutboxMetrics {
     /// Counts and logs one attempt; `age` is the row's, for a delivered one.
     pub(crate) fn attempted(&self, report: &AttemptReport<'_>, age: Duration) {
         let (index, status, error) = match report.verdict {
-            Verdict::Delivered { status } => (0, Some(*status), None),
+            Verdict::Delivered { status } => (0, *status, None),
             Verdict::Retry { status, error, .. } => (1, *status, Some(error.as_str())),
             Verdict::Dead { status, error } => (2, *status, Some(error.as_str())),
         };

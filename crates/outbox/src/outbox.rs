@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use idempotency_postgres::{pool, ConnectOptions, DatabaseUrl, Object, Pool};
 
 use crate::config::OutboxConfig;
+use crate::destination::Destinations;
 use crate::names::OutboxName;
 use crate::relay::Relay;
 use crate::sql::AdminSql;
@@ -115,9 +116,19 @@ impl Outbox {
         self.inner.pool.get().await.map_err(OutboxError::from)
     }
 
-    /// Starts delivering: see [`Relay`].
+    /// Starts delivering: see [`Relay`]. HTTP destinations are sent through `transport`;
+    /// brokers through clients of the relay's own.
+    // By value, as callers have always handed it over.
+    #[allow(clippy::needless_pass_by_value)]
     pub fn start_relay(&self, transport: Arc<dyn Transport>) -> Relay {
-        Relay::start(self.clone(), transport)
+        let destinations = Destinations::for_config(self.config(), &transport);
+        Relay::start(self.clone(), destinations)
+    }
+
+    /// Starts delivering through `destinations`, which must have a publisher for every
+    /// destination URL of the config (a row whose URL has none is dead at once).
+    pub fn start_relay_with(&self, destinations: Destinations) -> Relay {
+        Relay::start(self.clone(), destinations)
     }
 
     /// Checks the table: [`OutboxError::Table`] names every missing or mistyped column.

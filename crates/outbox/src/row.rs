@@ -19,6 +19,8 @@ pub(crate) struct ClaimedRow {
     /// This attempt's number (the row's `attempts` after the claim): `Delivery-Attempt`, and
     /// with the relay's owner the fence of the mark.
     pub(crate) attempt: i32,
+    /// The row's `seq` (`Outbox-Seq`).
+    pub(crate) seq: i64,
     /// Its age (since `created_at`) when it was claimed, by the database's clock.
     pub(crate) age: Duration,
     /// When the claim came back, by this process's clock.
@@ -39,6 +41,7 @@ impl ClaimedRow {
             payload: row.try_get(3)?,
             headers: row.try_get(4)?,
             attempt: row.try_get(5)?,
+            seq: row.try_get(7)?,
             age: Duration::try_from_secs_f64(age.max(0.0)).unwrap_or_default(),
             claimed,
         })

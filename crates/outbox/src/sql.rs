@@ -59,7 +59,7 @@ pub(crate) fn claim(table: &TableName, payload: PayloadKind, on_dead: OnDead) ->
          FROM due WHERE o.id = due.id
          RETURNING o.id::text, o.topic::text, o.aggregate_id::text, {body},
                    o.headers::text, o.attempts,
-                   EXTRACT(EPOCH FROM clock_timestamp() - o.created_at)::float8"
+                   EXTRACT(EPOCH FROM clock_timestamp() - o.created_at)::float8, o.seq"
     )
 }
 

@@ -1,19 +1,20 @@
-//! What an attempt's outcome makes of its row: delivered on a `2xx`; dead on `410 Gone` or once
-//! `max_attempts` or `max_age` is spent; otherwise due again after the backoff, or after the
-//! answer's `Retry-After` when that is later (never past `retry_max`).
+//! What an attempt's [`Delivery`] makes of its row: delivered when the destination took it;
+//! dead when it said never, or once `max_attempts` or `max_age` is spent; otherwise due again
+//! after the backoff, or after the wait the destination asked for when that is later (never
+//! past `retry_max`).
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use http::header::RETRY_AFTER;
-use http::{HeaderMap, StatusCode};
+use http::StatusCode;
 
 use crate::config::OutboxConfig;
+use crate::destination::Delivery;
 
 /// What an attempt came to, as the attempt metric's `result` names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Verdict {
-    /// The receiver said yes.
-    Delivered { status: StatusCode },
+    /// The destination took it.
+    Delivered { status: Option<StatusCode> },
     /// Tried again after `wait`.
     Retry {
         wait: Duration,
@@ -38,33 +39,26 @@ impl Verdict {
     }
 }
 
-/// The receiver's answer (its status and headers), or why there was none.
-pub(crate) type Outcome = Result<(StatusCode, HeaderMap), String>;
-
 /// Judges attempt number `attempt` of a row `age` old; `sample` draws the jitter.
 pub(crate) fn judge(
     config: &OutboxConfig,
     attempt: u32,
     age: Duration,
-    outcome: Outcome,
+    delivery: Delivery,
     sample: u64,
-    now: SystemTime,
 ) -> Verdict {
-    let (status, headers) = match outcome {
-        Ok((status, _)) if status.is_success() => return Verdict::Delivered { status },
-        Ok((StatusCode::GONE, _)) => {
-            let error = "the receiver answered 410 Gone".to_owned();
-            let status = Some(StatusCode::GONE);
-            return Verdict::Dead { status, error };
-        }
-        Ok((status, headers)) => (Some(status), headers),
-        Err(error) => {
-            return exhausted_or_retry(config, attempt, age, None, error, None, sample);
-        }
-    };
-    let error = format!("the receiver answered {}", status.map_or(0, |s| s.as_u16()));
-    let asked = retry_after(&headers, now);
-    exhausted_or_retry(config, attempt, age, status, error, asked, sample)
+    match delivery {
+        Delivery::Delivered { status } => Verdict::Delivered { status },
+        Delivery::Dead { status, reason } => Verdict::Dead {
+            status,
+            error: reason,
+        },
+        Delivery::Failed {
+            status,
+            retry_after,
+            reason,
+        } => exhausted_or_retry(config, attempt, age, status, reason, retry_after, sample),
+    }
 }
 
 fn exhausted_or_retry(
@@ -100,20 +94,8 @@ fn exhausted_or_retry(
     }
 }
 
-/// `Retry-After` as a wait from `now`: delay-seconds, or an HTTP date.
-fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    if let Ok(seconds) = value.parse::<u64>() {
-        return Some(Duration::from_secs(seconds));
-    }
-    let at = httpdate::parse_http_date(value).ok()?;
-    Some(at.duration_since(now).unwrap_or_default())
-}
-
 #[cfg(test)]
 mod tests {
-    use http::HeaderValue;
-
     use super::*;
     use crate::names::OutboxName;
 
@@ -124,37 +106,31 @@ mod tests {
         config
     }
 
-    fn answer(status: u16, retry_after: Option<&str>) -> Outcome {
-        let mut headers = HeaderMap::new();
-        if let Some(value) = retry_after {
-            headers.insert(RETRY_AFTER, HeaderValue::from_str(value).unwrap());
+    fn failed(status: u16, retry_after: Option<u64>) -> Delivery {
+        Delivery::Failed {
+            status: Some(StatusCode::from_u16(status).unwrap()),
+            retry_after: retry_after.map(Duration::from_secs),
+            reason: format!("the receiver answered {status}"),
         }
-        Ok((StatusCode::from_u16(status).unwrap(), headers))
     }
 
     const MINUTE: Duration = Duration::from_secs(60);
 
     #[test]
-    fn success_gone_and_the_budget() {
-        let now = SystemTime::now();
-        let judge = |attempt, age, outcome| judge(&config(), attempt, age, outcome, u64::MAX, now);
-        assert_eq!(judge(5, MINUTE, answer(204, None)).result(), "delivered");
-        let gone = judge(1, MINUTE, answer(410, None));
+    fn delivered_dead_and_the_budget() {
+        let judge = |attempt, age, delivery| judge(&config(), attempt, age, delivery, u64::MAX);
+        let delivered = Delivery::Delivered { status: None };
+        assert_eq!(judge(5, MINUTE, delivered).result(), "delivered");
+        let dead = judge(1, MINUTE, Delivery::dead("payload too large"));
         assert!(
-            matches!(
-                gone,
-                Verdict::Dead {
-                    status: Some(StatusCode::GONE),
-                    ..
-                }
-            ),
-            "{gone:?}"
+            matches!(dead, Verdict::Dead { status: None, .. }),
+            "{dead:?}"
         );
         let Verdict::Retry {
             wait,
             status,
             error,
-        } = judge(3, MINUTE, answer(503, None))
+        } = judge(3, MINUTE, failed(503, None))
         else {
             panic!("retried")
         };
@@ -166,41 +142,30 @@ mod tests {
             )
         );
         assert_eq!(error, "the receiver answered 503");
-        let Verdict::Dead { error, .. } = judge(5, MINUTE, answer(500, None)) else {
+        let Verdict::Dead { error, .. } = judge(5, MINUTE, failed(500, None)) else {
             panic!("out of attempts")
         };
         assert!(error.ends_with("(attempt 5 of max_attempts 5)"), "{error}");
         let old = judge(
             1,
             Duration::from_secs(3600),
-            Err("connection refused".into()),
+            Delivery::failed("connection refused"),
         );
         assert!(matches!(old, Verdict::Dead { status: None, .. }), "{old:?}");
     }
 
     #[test]
-    fn retry_after_counts_when_later_and_never_past_retry_max() {
-        let now = SystemTime::now();
-        let judge = |outcome| judge(&config(), 1, MINUTE, outcome, 0, now);
+    fn an_asked_wait_counts_when_later_and_never_past_retry_max() {
+        let judge = |delivery| judge(&config(), 1, MINUTE, delivery, 0);
         let wait = |verdict: Verdict| match verdict {
             Verdict::Retry { wait, .. } => wait,
             other => panic!("{other:?}"),
         };
-        assert_eq!(wait(judge(answer(429, Some("7")))), Duration::from_secs(7));
+        assert_eq!(wait(judge(failed(429, Some(7)))), Duration::from_secs(7));
         assert_eq!(
-            wait(judge(answer(429, Some("86400")))),
+            wait(judge(failed(429, Some(86400)))),
             Duration::from_secs(600)
         );
-        let date = httpdate::fmt_http_date(now + Duration::from_secs(30));
-        let waited = wait(judge(answer(503, Some(&date))));
-        assert!(
-            waited <= Duration::from_secs(30) && waited >= Duration::from_secs(28),
-            "{waited:?}"
-        );
-        assert_eq!(
-            wait(judge(answer(503, Some("soon")))),
-            Duration::ZERO,
-            "unreadable: ignored"
-        );
+        assert_eq!(wait(judge(failed(503, None))), Duration::ZERO);
     }
 }

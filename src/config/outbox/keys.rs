@@ -20,6 +20,10 @@ pub(in crate::config) struct OutboxTable {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(in crate::config) topics: Option<Spanned<BTreeMap<String, String>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(in crate::config) nats_subject_prefix: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(in crate::config) amqp_exchange: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(in crate::config) method: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(in crate::config) signing_secret: Option<Spanned<String>>,

@@ -23,7 +23,7 @@ use crate::tls::UpstreamTls;
 use idempotency_core::proxy::humane_duration;
 use idempotency_core::proxy::WebhookSigner;
 use idempotency_core::Secret;
-use idempotency_outbox::{destination, OnDead, OutboxConfig, OutboxName, TableName};
+use idempotency_outbox::{destination, redacted, OnDead, OutboxConfig, OutboxName, TableName};
 use idempotency_postgres::DatabaseUrl;
 use keys::{OnDeadChoice, OutboxTable};
 
@@ -74,6 +74,18 @@ fn outbox(
     destinations(src, table, &mut relay, &span)?;
     src.set("method", &table.method, &mut relay.method, |m| method(m))?;
     src.set(
+        "nats_subject_prefix",
+        &table.nats_subject_prefix,
+        &mut relay.nats_subject_prefix,
+        |p| subject_prefix(p),
+    )?;
+    src.set(
+        "amqp_exchange",
+        &table.amqp_exchange,
+        &mut relay.amqp_exchange,
+        |e| exchange(e),
+    )?;
+    src.set(
         "signing_secret",
         &table.signing_secret,
         &mut relay.signer,
@@ -105,7 +117,8 @@ fn outbox(
     })
 }
 
-/// `deliver_to` and `topics`: at least one of them, every URL an `http://` or `https://` one.
+/// `deliver_to` and `topics`: at least one of them, every URL a receiver's (`http[s]://`) or a
+/// broker's (`nats://`, `tls://`, `amqp[s]://`), written inline or read from `env:`/`file:`.
 fn destinations(
     src: &Source,
     table: &OutboxTable,
@@ -225,6 +238,29 @@ fn upstream_tls(
         .map_err(|reason| src.at(span.clone(), Some("upstream_client_key"), reason))
 }
 
+/// `nats_subject_prefix`: put before a topic to make a subject, so no spaces or wildcards.
+fn subject_prefix(raw: &str) -> Result<String, String> {
+    if raw
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == '*' || c == '>')
+    {
+        return Err(format!(
+            "subject prefix {raw:?} may hold no spaces, control characters or wildcards"
+        ));
+    }
+    Ok(raw.to_owned())
+}
+
+/// `amqp_exchange`: an AMQP short string, at most 255 bytes.
+fn exchange(raw: &str) -> Result<String, String> {
+    if raw.len() > 255 || raw.chars().any(char::is_control) {
+        return Err(format!(
+            "exchange {raw:?} must be at most 255 bytes, without control characters"
+        ));
+    }
+    Ok(raw.to_owned())
+}
+
 /// A channel name for `LISTEN`: 1 to 63 bytes (PostgreSQL's identifier limit).
 fn channel(raw: &str) -> Result<String, String> {
     if raw.is_empty() || raw.len() > 63 || raw.contains('\0') {
@@ -272,11 +308,13 @@ fn table(outbox: &OutboxSettings) -> OutboxTable {
         deliver_to: relay
             .deliver_to
             .as_ref()
-            .and_then(|u| unspanned(u.to_string())),
+            .and_then(|u| unspanned(redacted(u))),
         topics: (!relay.topics.is_empty()).then(|| {
-            let topics = relay.topics.iter().map(|(t, u)| (t.clone(), u.to_string()));
+            let topics = relay.topics.iter().map(|(t, u)| (t.clone(), redacted(u)));
             Spanned::new(0..0, topics.collect())
         }),
+        nats_subject_prefix: unspanned(relay.nats_subject_prefix.clone()),
+        amqp_exchange: unspanned(relay.amqp_exchange.clone()),
         method: unspanned(relay.method.to_string()),
         signing_secret: relay
             .signer

@@ -216,3 +216,47 @@ fn a_reload_may_not_change_the_outboxes_nor_turn_a_relay_only_process_into_a_pro
     );
     let _ = std::fs::remove_file(&file);
 }
+
+#[test]
+fn broker_destinations_are_read_and_check_shows_no_credentials() {
+    std::env::set_var(
+        "OUTBOX_TESTS_AMQP_URL",
+        "amqp://relay:hunter2@mq.internal:5672/orders",
+    );
+    let text = r#"
+[[outboxes]]
+name = "payments"
+database = "postgres://u@h/d"
+deliver_to = "nats://relay:hunter2@127.0.0.1:4222"
+nats_subject_prefix = "events."
+topics = { "payment.confirmed" = "env:OUTBOX_TESTS_AMQP_URL" }
+amqp_exchange = "events"
+"#;
+    let settings = load_text(text).unwrap();
+    let relay = &settings.outboxes[0].relay;
+    assert_eq!(relay.nats_subject_prefix, "events.");
+    assert_eq!(relay.amqp_exchange, "events");
+    let amqp = &relay.topics["payment.confirmed"];
+    assert_eq!(amqp.host(), Some("mq.internal"));
+    let printed = settings.to_toml();
+    assert!(!printed.contains("hunter2"), "{printed}");
+    assert!(
+        printed.contains("deliver_to = \"nats://relay:***@127.0.0.1:4222/\""),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("\"payment.confirmed\" = \"amqp://relay:***@mq.internal:5672/orders\"")
+    );
+    assert!(printed.contains("nats_subject_prefix = \"events.\""));
+    let base = "[[outboxes]]\nname = \"o\"\ndatabase = \"postgres://u@h/d\"\ndeliver_to = \"nats://127.0.0.1:4222\"\n";
+    let wildcard = refusal(&format!("{base}nats_subject_prefix = \"events.>\"\n"));
+    assert!(
+        wildcard.starts_with("config.toml:5: key \"nats_subject_prefix\""),
+        "{wildcard}"
+    );
+    let leaked = refusal("[[outboxes]]\nname = \"o\"\ndatabase = \"postgres://u@h/d\"\ndeliver_to = \"http://u:hunter2@h/\"\n");
+    assert!(
+        leaked.contains("user info") && !leaked.contains("hunter2"),
+        "{leaked}"
+    );
+}

@@ -76,7 +76,7 @@ impl RabbitSource {
     async fn connect(&self) -> Result<Session, SourceError> {
         let properties = ConnectionProperties::default()
             .with_executor(tokio_executor_trait::Tokio::current())
-            .with_reactor(tokio_reactor_trait::Tokio);
+            .with_reactor(tokio_reactor_trait::Tokio::current());
         let connection = Connection::connect(&self.url, properties)
             .await
             .map_err(|e| SourceError::unavailable("connecting to RabbitMQ", e))?;

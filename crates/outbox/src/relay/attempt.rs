@@ -1,24 +1,20 @@
-//! One attempt: the row's request sent outside any transaction, within `deliver_timeout`, its
-//! outcome judged, counted and logged, and handed to the marker. The slot is freed as soon as
-//! the answer is in, before the mark is written.
+//! One attempt: the row's message published outside any transaction, within
+//! `deliver_timeout`, its delivery judged, counted and logged, and handed to the marker. The
+//! slot is freed as soon as the destination has answered, before the mark is written.
 
-use std::error::Error;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use bytes::Bytes;
-use http::Request;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
 use super::marks::Mark;
 use super::Shared;
+use crate::destination::{build_message, Delivery, Message, Publisher};
 use crate::metrics::AttemptReport;
-use crate::request;
 use crate::row::ClaimedRow;
 use crate::table::PayloadKind;
-use crate::transport::Transport;
-use crate::verdict::{judge, Outcome, Verdict};
+use crate::verdict::{judge, Verdict};
 
 pub(super) async fn run(
     shared: Arc<Shared>,
@@ -29,30 +25,22 @@ pub(super) async fn run(
 ) {
     let config = shared.outbox.config();
     let started = Instant::now();
-    let (verdict, sent) = match request::build(config, payload, &row, SystemTime::now()) {
-        Ok(request) => {
-            let outcome = send(&*shared.transport, request, config.deliver_timeout).await;
+    let (verdict, sent) = match unsendable_or_publisher(&shared, &row, payload) {
+        Ok((message, publisher)) => {
+            let delivery = publish(&**publisher, &message, config.deliver_timeout).await;
             drop(slot);
             let sample = idempotency_core::proxy::backoff::random_sample();
-            let verdict = judge(
-                config,
-                row.attempt_number(),
-                row.age_now(),
-                outcome,
-                sample,
-                SystemTime::now(),
-            );
+            let attempt = row.attempt_number();
+            let verdict = judge(config, attempt, row.age_now(), delivery, sample);
             (verdict, true)
         }
         Err(why) => {
             drop(slot);
-            (
-                Verdict::Dead {
-                    status: None,
-                    error: why,
-                },
-                false,
-            )
+            let verdict = Verdict::Dead {
+                status: None,
+                error: why,
+            };
+            (verdict, false)
         }
     };
     let report = AttemptReport {
@@ -68,32 +56,30 @@ pub(super) async fn run(
     let _ = marks.send(Mark::of(&row, verdict, sent));
 }
 
-/// Sends `request` within `timeout`: the answer's status and headers, or why there is none.
-async fn send(transport: &dyn Transport, request: Request<Bytes>, timeout: Duration) -> Outcome {
-    match tokio::time::timeout(timeout, transport.send(request)).await {
-        Ok(Ok(response)) => {
-            let (parts, ()) = response.into_parts();
-            Ok((parts.status, parts.headers))
-        }
-        Ok(Err(e)) => Err(format!("the receiver could not be reached: {}", chain(&*e))),
-        Err(_) => Err(format!(
+/// The row's message and the publisher of its topic, or why it cannot be sent at all.
+fn unsendable_or_publisher<'a>(
+    shared: &'a Shared,
+    row: &ClaimedRow,
+    payload: PayloadKind,
+) -> Result<(Message, &'a Arc<dyn Publisher>), String> {
+    let config = shared.outbox.config();
+    let message = build_message(payload, row)?;
+    let Some(publisher) = shared.destinations.for_topic(config, &row.topic) else {
+        return Err(format!(
+            "no destination for topic {:?}: it has no line in topics, and there is no deliver_to",
+            row.topic
+        ));
+    };
+    Ok((message, publisher))
+}
+
+/// Publishes `message` within `timeout`: what the destination said, or that it said nothing.
+async fn publish(publisher: &dyn Publisher, message: &Message, timeout: Duration) -> Delivery {
+    match tokio::time::timeout(timeout, publisher.publish(message)).await {
+        Ok(delivery) => delivery,
+        Err(_) => Delivery::failed(format!(
             "no answer within {}",
             humantime::format_duration(timeout)
         )),
     }
-}
-
-/// An error and its causes, as one line.
-fn chain(error: &(dyn Error + 'static)) -> String {
-    let mut line = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !line.contains(&cause_text) {
-            line.push_str(": ");
-            line.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    line
 }

@@ -35,7 +35,7 @@ impl Mark {
     /// What `verdict` writes of `row`; `sent` is false for a row that could not be sent.
     pub(crate) fn of(row: &ClaimedRow, verdict: Verdict, sent: bool) -> Self {
         let (kind, wait_ms, status, error) = match verdict {
-            Verdict::Delivered { status } => (MarkKind::Delivered, 0, Some(status), None),
+            Verdict::Delivered { status } => (MarkKind::Delivered, 0, status, None),
             Verdict::Retry {
                 wait,
                 status,

@@ -5,8 +5,8 @@
 //!   batch, never more rows than there are free slots (`deliver_concurrency`): a claimed row
 //!   that waited for a slot could outlive its lease and be sent twice. It claims again at once
 //!   while batches come back full, on a `NOTIFY`, on a freed slot, and every `poll_interval`;
-//! - each attempt (`attempt.rs`) runs in a task of its own, outside any transaction, and hands
-//!   its outcome to the marker;
+//! - each attempt (`attempt.rs`) runs in a task of its own, outside any transaction, publishes
+//!   through its topic's destination, and hands its outcome to the marker;
 //! - the marker (`marks.rs`) writes the outcomes of every attempt that ended meanwhile in one
 //!   statement, fenced by the claim, and keeps trying through a database outage;
 //! - the listener (`listen.rs`) holds the `LISTEN` connection and wakes the claim loop;
@@ -30,10 +30,10 @@ use tokio_util::task::TaskTracker;
 pub use health::Health;
 use health::HealthState;
 
+use crate::destination::Destinations;
 use crate::metrics::OutboxMetrics;
 use crate::outbox::Outbox;
 use crate::sql::RelaySql;
-use crate::transport::Transport;
 
 /// How long the relay waits after a failed database call before it asks again.
 const OUTAGE_PAUSE: Duration = Duration::from_secs(1);
@@ -52,7 +52,8 @@ pub struct Relay {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) outbox: Outbox,
-    pub(crate) transport: Arc<dyn Transport>,
+    /// The publisher of each destination URL.
+    pub(crate) destinations: Destinations,
     /// This relay's name in `lease_owner`: unique per relay, so a mark is fenced to its claim.
     pub(crate) owner: String,
     /// The slots of `deliver_concurrency`: an attempt holds one from its claim to its answer.
@@ -78,7 +79,7 @@ pub struct Drained {
 
 impl Relay {
     /// Starts the relay's tasks on the current tokio runtime.
-    pub(crate) fn start(outbox: Outbox, transport: Arc<dyn Transport>) -> Self {
+    pub(crate) fn start(outbox: Outbox, destinations: Destinations) -> Self {
         let config = outbox.config();
         let shared = Arc::new(Shared {
             owner: lease_owner(),
@@ -89,7 +90,7 @@ impl Relay {
             metrics: OutboxMetrics::new(&config.name),
             sql: RelaySql::new(&config.table),
             outbox,
-            transport,
+            destinations,
         });
         let (stop, stopped) = watch::channel(false);
         let (marks, marked) = mpsc::unbounded_channel();

@@ -48,14 +48,20 @@ impl Transport for HyperTransport {
 pub trait Relays {
     /// An outbox relaying to `receiver`'s `/events`, with quick retries.
     fn config(&self, receiver: &Receiver) -> OutboxConfig;
+    /// An outbox relaying to `url`, with quick retries.
+    fn config_to(&self, url: &str) -> OutboxConfig;
     /// An outbox on this database.
     fn outbox(&self, config: OutboxConfig) -> Outbox;
 }
 
 impl Relays for Db {
     fn config(&self, receiver: &Receiver) -> OutboxConfig {
+        self.config_to(&receiver.url("/events"))
+    }
+
+    fn config_to(&self, url: &str) -> OutboxConfig {
         let mut config = OutboxConfig::new(OutboxName::new("payments").unwrap());
-        config.deliver_to = Some(receiver.url("/events").parse().unwrap());
+        config.deliver_to = Some(url.parse().unwrap());
         config.poll_interval = Duration::from_millis(100);
         config.retry.initial = Duration::from_millis(20);
         config.retry.max = Duration::from_millis(100);
