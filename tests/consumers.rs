@@ -1,4 +1,5 @@
-//! The binary's `[[consumers]]`: a JetStream consumer delivers each message to the upstream once
+//! The binary's `[[consumers]]`: a JetStream consumer (and a RabbitMQ one, whose poison message
+//! gets `max_attempts` requests and dies) delivers each message to the upstream once
 //! (its copies acknowledged from the record), the admin listener counts them, `/readyz` is ready
 //! while the broker answers, SIGTERM stops it with exit 0; a table that misses a key it needs is
 //! refused with its line, and `--check` shows a broker URL's password as `***`.
@@ -11,9 +12,10 @@ use std::time::Duration;
 use async_nats::jetstream::{self, stream};
 use common::binary::{exit_code, sigterm, start_with_admin, BIN};
 use common::poll;
-use common::receiver::Receiver;
+use common::receiver::{Receiver, Reply};
 use common::temp::TempPath;
 use idempotency_test_support::nats_server::NatsServer;
+use idempotency_test_support::rabbitmq::RabbitVhost;
 
 fn config(nats: &str, upstream: &str) -> String {
     format!(
@@ -78,6 +80,73 @@ async fn a_jetstream_consumer_delivers_each_message_once_and_drains_on_sigterm()
         "{text}"
     );
 
+    sigterm(&proxy);
+    assert_eq!(exit_code(proxy).await, Some(0));
+}
+
+#[tokio::test]
+async fn a_rabbitmq_consumer_delivers_each_message_once_and_kills_a_poison_one() {
+    use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
+    use lapin::types::FieldTable;
+    use lapin::{BasicProperties, Connection, ConnectionProperties};
+    let Some(vhost) = RabbitVhost::create("consumers-e2e") else {
+        return;
+    };
+    let properties = ConnectionProperties::default()
+        .with_executor(tokio_executor_trait::Tokio::current())
+        .with_reactor(tokio_reactor_trait::Tokio::current());
+    let connection = Connection::connect(&vhost.url(), properties).await.unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    let queue = channel.queue_declare("fulfilment", durable, FieldTable::default());
+    queue.await.unwrap();
+    for id in ["pay-1", "pay-1", "poison"] {
+        let properties = BasicProperties::default().with_message_id(id.into());
+        let options = BasicPublishOptions::default();
+        let confirm = channel.basic_publish("", "fulfilment", options, b"{}", properties);
+        confirm.await.unwrap().await.unwrap();
+    }
+    let receiver = Receiver::start().await;
+    receiver.script("poison", (0..10).map(|_| Reply::status(503)));
+    let text = format!(
+        "[[consumers]]\nname = \"fulfilment\"\nsource = \"{}\"\nqueue = \"fulfilment\"\nupstream = \"{}\"\npath = \"/events\"\nmax_attempts = 3\nretry_initial = \"20ms\"\nretry_max = \"100ms\"\n",
+        vhost.url(),
+        receiver.url("")
+    );
+    let file = TempPath::new("consumers-rabbit.toml");
+    std::fs::write(file.path(), text).unwrap();
+    let (proxy, _client, admin) =
+        start_with_admin(&receiver.url(""), file.path(), Stdio::null).await;
+    let counts = poll::until(
+        Duration::from_secs(30),
+        "two settled and one dead",
+        async || {
+            let counts = admin
+                .send("GET", "/consumers/fulfilment", &[], "")
+                .await
+                .json();
+            let done = counts["delivered"] == 1 && counts["duplicates"] == 1 && counts["dead"] == 1;
+            done.then_some(counts)
+        },
+    )
+    .await;
+    assert_eq!(counts["retried"], 2, "{counts}");
+    assert_eq!(receiver.arrivals("pay-1").len(), 1);
+    let attempts: Vec<u32> = receiver
+        .arrivals("poison")
+        .iter()
+        .map(|a| a.attempt)
+        .collect();
+    assert_eq!(attempts, [1, 2, 3]);
+    let dead = admin
+        .send("GET", "/consumers/fulfilment/dead", &[], "")
+        .await
+        .json();
+    assert_eq!(dead[0]["key"], "poison", "{dead}");
+    assert_eq!(dead[0]["attempts"], 3, "{dead}");
     sigterm(&proxy);
     assert_eq!(exit_code(proxy).await, Some(0));
 }
