@@ -66,6 +66,11 @@ async fn a_jetstream_consumer_delivers_each_message_once_and_drains_on_sigterm()
     assert_eq!(counts["duplicates"], 2, "{counts}");
     assert_eq!(receiver.arrivals("evt-1").len(), 1);
     assert_eq!(receiver.arrivals("evt-1")[0].uri.path(), "/events");
+    let status = admin.send("GET", "/status", &[], "").await.json();
+    let shown = &status["consumers"][0];
+    assert_eq!(shown["name"], "fulfilment", "{status}");
+    assert_eq!(shown["broker"], "ok", "{status}");
+    assert_eq!(shown["delivered"], 1, "{status}");
     let ready = admin.send("GET", "/readyz", &[], "").await;
     assert_eq!(ready.status, 200);
     let unknown = admin.send("GET", "/consumers/nope", &[], "").await;

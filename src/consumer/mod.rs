@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use crate::net::upstream::{Originated, PoolSettings, Upstream};
+use crate::operator::status::Status;
 use crate::store::Store;
 
 /// Where a consumer's messages come from.
@@ -79,8 +80,14 @@ impl Consumers {
         self.running.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts every consumer on the current runtime, over `store`.
-    pub(crate) fn start(&self, configs: &[ConsumerConfig], store: &Arc<dyn Store>) {
+    /// Starts every consumer on the current runtime, over `store`, and has the status page
+    /// show their counts.
+    pub(crate) fn start(
+        &self,
+        configs: &[ConsumerConfig],
+        store: &Arc<dyn Store>,
+        status: &Status,
+    ) {
         let mut running = self.running();
         for config in configs {
             let source = source(config);
@@ -102,6 +109,7 @@ impl Consumers {
                 task,
             });
         }
+        status.set_consumers(running.iter().map(|r| r.consumer.stats().clone()).collect());
     }
 
     /// The consumer named `name`, if the config has one.

@@ -142,7 +142,9 @@ impl Proxy {
             Some(keys) => Arc::new(store::SealedStore::new(kept.store.clone(), keys.clone())),
             None => kept.store.clone(),
         };
-        self.inner.consumers.start(&settings.consumers, &store);
+        self.inner
+            .consumers
+            .start(&settings.consumers, &store, &self.inner.status);
     }
 
     /// Drains the broker consumers: nothing more is fetched, what is in flight finishes within
