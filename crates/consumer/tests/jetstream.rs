@@ -292,3 +292,48 @@ async fn a_keyless_message_is_dead_at_once() {
     stop.cancel();
     running.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_outage_pauses_the_consumer_and_it_resumes_by_itself() {
+    let Some((mut server, js)) = broker().await else {
+        return;
+    };
+    let receiver = Receiver::start().await;
+    publish(&js, Some("before"), &[], "{}").await;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (consumer, stop, running) = start(
+        &server.url(),
+        common::settings("fulfilment"),
+        &receiver,
+        store,
+    )
+    .await;
+    common::counts_until(consumer.stats(), "the first delivered", |c| {
+        c.delivered == 1
+    })
+    .await;
+
+    server.kill();
+    poll::until(
+        Duration::from_secs(60),
+        "the consumer sees the outage",
+        async || consumer.stats().broker_down(),
+    )
+    .await;
+    server.restart().await;
+    let client = async_nats::connect(server.url()).await.unwrap();
+    publish(&jetstream::new(client), Some("after"), &[], "{}").await;
+    common::counts_until(consumer.stats(), "the second delivered", |c| {
+        c.delivered == 2
+    })
+    .await;
+    poll::until(
+        Duration::from_secs(30),
+        "the consumer says the broker is back",
+        async || !consumer.stats().broker_down(),
+    )
+    .await;
+    assert_eq!(receiver.arrivals("after").len(), 1);
+    stop.cancel();
+    running.await.unwrap();
+}
