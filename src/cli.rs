@@ -141,8 +141,13 @@ pub fn run() -> ExitCode {
     }
 }
 
-/// `outbox-schema`: the DDL on stdout, or exit 2 for a table name that cannot be one.
+/// `outbox-schema`: the DDL on stdout, or exit 2 for a table or channel name that cannot be
+/// one.
 fn outbox_schema(table: &str, notify_channel: Option<&str>) -> ExitCode {
+    if let Some(Err(e)) = notify_channel.map(idempotency_outbox::channel_name) {
+        eprintln!("idempotency-proxy: --notify-channel: {e}");
+        return ExitCode::from(2);
+    }
     match idempotency_outbox::TableName::new(table) {
         Ok(table) => {
             print!("{}", idempotency_outbox::schema_sql(&table, notify_channel));

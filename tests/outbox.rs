@@ -63,6 +63,18 @@ async fn outbox_schema_prints_a_table_the_start_up_check_accepts() {
     let refused = run(&["outbox-schema", "--table", "a.b.c"]);
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--table"));
+    // A name that would end the DDL's comment, or make index names collide, is refused.
+    for args in [
+        ["--table", "outbox\nDROP TABLE accounts; --"],
+        ["--table", &"t".repeat(60)],
+        ["--notify-channel", "wake\nDROP TABLE accounts; --"],
+    ] {
+        let refused = run(&["outbox-schema", args[0], args[1]]);
+        assert_eq!(refused.status.code(), Some(2), "{args:?}");
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(said.contains(args[0]), "{said}");
+        assert!(refused.stdout.is_empty(), "nothing printed for {args:?}");
+    }
 }
 
 #[tokio::test]

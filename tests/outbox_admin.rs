@@ -253,3 +253,59 @@ async fn while_the_database_is_down_the_endpoints_answer_503_and_then_recover() 
         "nothing was changed while it was down"
     );
 }
+
+#[tokio::test]
+async fn an_operator_retries_or_deletes_dead_rows_in_bulk_by_topic_and_aggregate() {
+    let Some(db) = OutboxDb::fresh().await else {
+        return;
+    };
+    let receiver = Receiver::start().await;
+    for id in ["t1", "t2", "t3", "b1", "x1"] {
+        receiver.script(id, [Reply::status(410)]);
+    }
+    let token = token_file();
+    let relay = RelayProcess::start("outbox-admin-bulk", &config(&db, &receiver, &token)).await;
+    db.commit(&[event("t1"), event("t2"), event("t3")]).await;
+    db.commit(&[ordered("b1", "order-B"), ordered("b2", "order-B")])
+        .await;
+    db.execute("INSERT INTO outbox (id, topic, payload) VALUES ('x1', 'refund.issued', '{}')")
+        .await;
+    for id in ["t1", "t2", "t3", "b1", "x1"] {
+        db.until_dead(id).await;
+    }
+
+    // A bad filter is refused; the rows stay dead.
+    let bad = relay
+        .admin
+        .send("POST", "/outbox/payments/dead/retry?color=red", &BEARER, "")
+        .await;
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert_eq!(bad.problem_type(), "bad-request");
+
+    // Two of the three rows of the topic, oldest first; the receiver now says yes.
+    for id in ["t1", "t2", "t3"] {
+        receiver.script(id, [Reply::status(200)]);
+    }
+    let path = "/outbox/payments/dead/retry?topic=payment.confirmed&limit=2";
+    let retried = relay.admin.send("POST", path, &BEARER, "").await;
+    assert_eq!(retried.status, 200, "{retried:?}");
+    assert_eq!(retried.json()["retried"], 2);
+    db.until_delivered("t1").await;
+    db.until_delivered("t2").await;
+    assert!(db.row("t3").await.unwrap().dead, "past the limit");
+
+    // Deleting the dead head of order-B by its aggregate lets b2 go (on_dead = "block").
+    let path = "/outbox/payments/dead?aggregate_id=order-B";
+    let deleted = relay.admin.send("DELETE", path, &BEARER, "").await;
+    assert_eq!(deleted.status, 200, "{deleted:?}");
+    assert_eq!(deleted.json()["deleted"], 1);
+    db.until_delivered("b2").await;
+    assert!(db.row("b1").await.is_none());
+
+    // No row was inserted before 2000: none is deleted.
+    let before = "/outbox/payments/dead?before=2000-01-01T00:00:00Z";
+    let none = relay.admin.send("DELETE", before, &BEARER, "").await;
+    assert_eq!(none.json()["deleted"], 0);
+    let dead = get(&relay, "/outbox/payments/dead").await;
+    assert_eq!(ids(&dead), ["t3", "x1"]);
+}

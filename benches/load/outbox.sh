@@ -3,7 +3,8 @@
 # binary, delivering to a local receiver from a private PostgreSQL with its durable defaults,
 # started on a free port as the tests start theirs.
 #
-#   benches/load/outbox.sh [--cases drain,notify,poll] [--backlog 50000] [--rate 1000]
+#   benches/load/outbox.sh [--cases drain,blocked,notify,poll] [--backlog 50000] [--rate 1000]
+#                          [--blocked 200000] [--delivered-kept 1000000]
 #                          [--seconds 20] [--concurrency N]
 #
 # Prints a table and a JSON line. Run it alone on the machine (flock around it when others

@@ -9,7 +9,8 @@ use idempotency_core::proxy::{
     UPSTREAM_SECONDS,
 };
 use idempotency_outbox::{
-    ATTEMPTS_TOTAL, BLOCKED_AGGREGATES, DELIVERY_SECONDS, OLDEST_PENDING_SECONDS, PENDING,
+    ATTEMPTS_TOTAL, BLOCKED_AGGREGATES, CLAIM_SECONDS, DELIVERY_SECONDS, LEASES_LOST_TOTAL,
+    LISTENING, OLDEST_PENDING_SECONDS, PENDING,
 };
 
 /// What kind of series a metric is, as Prometheus names it.
@@ -148,6 +149,24 @@ pub const METRICS: &[Metric] = &[
         MetricKind::Histogram,
         &["outbox"],
         "Outbox rows from their commit (created_at) to their delivery",
+    ),
+    metric(
+        CLAIM_SECONDS,
+        MetricKind::Histogram,
+        &["outbox"],
+        "Outbox claim statements: how long each took",
+    ),
+    metric(
+        LEASES_LOST_TOTAL,
+        MetricKind::Counter,
+        &["outbox"],
+        "Outbox attempts whose lease ran out before their outcome was written",
+    ),
+    metric(
+        LISTENING,
+        MetricKind::Gauge,
+        &["outbox"],
+        "1 while the outbox relay's LISTEN connection is up, 0 while it only polls",
     ),
     metric(
         consumer::MESSAGES_TOTAL,

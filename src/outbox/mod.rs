@@ -38,7 +38,36 @@ pub struct OutboxSettings {
     pub database_reference: String,
     /// What connections to `https://` receivers trust and present.
     pub upstream_tls: UpstreamTls,
+    /// How the database is reached: `database_ca`, `pool_size`, `statement_timeout`.
+    pub connection: OutboxConnection,
 }
+
+/// How an outbox reaches its database, as the store's keys say it for the store.
+#[derive(Clone, Debug)]
+pub struct OutboxConnection {
+    /// Connections the relay keeps (`pool_size`): its claims, its marks, its purge and the
+    /// admin endpoints' counts (its `LISTEN` has a connection of its own).
+    pub pool_size: usize,
+    /// How long one statement may run (`statement_timeout`); the relay's client-side deadline
+    /// of each call is this and a margin.
+    pub statement_timeout: Duration,
+    /// What the database's certificate is verified against (`database_ca`); the platform's
+    /// roots when unset.
+    pub ca: Option<crate::store::DatabaseCa>,
+}
+
+impl Default for OutboxConnection {
+    fn default() -> Self {
+        Self {
+            pool_size: POOL_SIZE,
+            statement_timeout: Duration::from_secs(5),
+            ca: None,
+        }
+    }
+}
+
+/// Database connections each outbox keeps unless `pool_size` says otherwise.
+pub(crate) const POOL_SIZE: usize = 6;
 
 /// How long a NATS server has to say its streams' duplicate windows, at start and in `--check`.
 const WINDOW_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -69,10 +98,6 @@ pub(crate) fn duplicate_window_lines(settings: &[OutboxSettings]) -> Vec<String>
     })
 }
 
-/// Database connections each outbox keeps: its claims, its marks, its purge and the admin
-/// endpoints' counts (its `LISTEN` has a connection of its own).
-const POOL_SIZE: usize = 6;
-
 /// The outboxes of one process: each table and, once started, its relay.
 #[derive(Debug, Default)]
 pub(crate) struct Outboxes {
@@ -91,14 +116,17 @@ pub(crate) async fn check(settings: &[OutboxSettings]) -> Result<Checked, String
     let mut checked = Vec::with_capacity(settings.len());
     let mut refused = Vec::new();
     for outbox in settings {
+        let connection = &outbox.connection;
         let options = ConnectOptions {
-            pool_size: POOL_SIZE,
+            pool_size: connection.pool_size,
+            statement_timeout: connection.statement_timeout,
+            tls: connection.ca.as_ref().map(|ca| ca.config.clone()),
             application_name: format!("idempotency-proxy outbox {}", outbox.relay.name),
             ..ConnectOptions::default()
         };
         let opened = Outbox::new(outbox.relay.clone(), outbox.database.clone(), options)
             .map_err(|e| format!("outbox {:?}: {e}", outbox.relay.name.as_str()))?;
-        match opened.check_table().await {
+        match opened.prepare_table().await {
             Ok(_) => {}
             Err(OutboxError::Table(problems)) => {
                 refused.push(format!(

@@ -58,11 +58,22 @@ pub async fn run(case: &str, cli: &Cli, server: &PostgresServer) -> Result<Outco
         deliver_to: format!("http://127.0.0.1:{port}/events"),
         notify,
         concurrency: cli.concurrency,
+        block: false,
     };
     match case {
         "drain" => drain(cli, server, &pool, &receiver, &settings).await,
+        "blocked" => {
+            behind_a_dead_row(cli, &pool).await?;
+            let settings = relay::Settings {
+                block: true,
+                ..settings
+            };
+            let mut outcome = drain(cli, server, &pool, &receiver, &settings).await?;
+            outcome.case = "blocked".into();
+            Ok(outcome)
+        }
         "notify" | "poll" => steady(case, cli, server, &pool, &receiver, &settings).await,
-        other => Err(format!("no case {other:?} (drain, notify, poll)")),
+        other => Err(format!("no case {other:?} (drain, blocked, notify, poll)")),
     }
 }
 
@@ -111,6 +122,36 @@ async fn drain(
         postgres_cpu_us_per_row: micros(postgres_cpu, cli.backlog),
         repeated: arrivals.repeated,
     })
+}
+
+/// `blocked`: before the backlog, `--delivered-kept` delivered rows (kept, as `keep_delivered`
+/// keeps them) and one aggregate whose first row is dead with `--blocked` rows behind it,
+/// inserted through the order trigger as an application's would be.
+async fn behind_a_dead_row(cli: &Cli, pool: &Pool) -> Result<(), String> {
+    // A connection of its own: its statement timeout is lifted for the long inserts.
+    let client = pool.get().await.map_err(|e| e.to_string())?;
+    let sql = format!(
+        "SET statement_timeout = 0;
+         INSERT INTO outbox (id, topic, payload, delivered_at, holding)
+             SELECT 'd' || g, 'bench', jsonb_build_object('order', g), now(), false
+             FROM generate_series(1, {delivered}) g;
+         INSERT INTO outbox (id, topic, aggregate_id, payload) VALUES ('s0', 'bench', 'stuck', '{{}}');
+         UPDATE outbox SET dead_at = now(), attempts = 1, last_error = 'bench' WHERE id = 's0';
+         INSERT INTO outbox (id, topic, aggregate_id, payload)
+             SELECT 's' || g, 'bench', 'stuck', jsonb_build_object('order', g)
+             FROM generate_series(1, {blocked}) g;",
+        delivered = cli.delivered_kept,
+        blocked = cli.blocked,
+    );
+    client
+        .batch_execute(&sql)
+        .await
+        .map_err(|e| e.to_string())?;
+    // On its own: VACUUM cannot run in the batch's implicit transaction.
+    client
+        .batch_execute("VACUUM ANALYZE outbox")
+        .await
+        .map_err(|e| e.to_string())
 }
 
 async fn steady(
@@ -220,14 +261,18 @@ fn event(id: &str) -> Event {
 /// Waits until `rows` rows are marked delivered; when they were.
 async fn until_marked(pool: &Pool, rows: u64, deadline: Instant) -> Result<Instant, String> {
     let client = pool.get().await.map_err(|e| e.to_string())?;
-    let sql = "SELECT count(*) FROM outbox WHERE delivered_at IS NOT NULL";
+    // The rows still to mark, counted through the claim's own index: rows waiting behind a
+    // dead row (the blocked case) are not among them, nor are delivered rows kept.
+    let sql = "SELECT count(*) FROM outbox WHERE delivered_at IS NULL AND dead_at IS NULL \
+               AND NOT waiting";
+    let _ = rows;
     while Instant::now() < deadline {
-        let marked: i64 = client
+        let left: i64 = client
             .query_one(sql, &[])
             .await
             .map_err(|e| e.to_string())?
             .get(0);
-        if marked as u64 >= rows {
+        if left == 0 {
             return Ok(Instant::now());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

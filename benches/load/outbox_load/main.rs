@@ -4,6 +4,9 @@
 //!
 //! - `drain`: a backlog of `--backlog` rows committed before the relay starts; rows per second
 //!   from its first delivery to its last, and the time until every row is marked delivered.
+//! - `blocked`: the drain of `--backlog` independent rows, with `--blocked` rows waiting
+//!   behind one aggregate's dead first row (`on_dead = "block"`) and `--delivered-kept`
+//!   delivered rows in the table: what a claim must not walk.
 //! - `notify` / `poll`: the application commits `--rows-per-commit` rows per transaction (1)
 //!   at `--rate` rows per second for `--seconds`, with the DDL's NOTIFY trigger and `notify_channel` (`notify`), or
 //!   without either (`poll`, the default `poll_interval`); the latency of each row from its
@@ -34,12 +37,19 @@ struct Cli {
     /// The proxy binary, run as a relay.
     #[arg(long, default_value = "target/release/idempotency-proxy")]
     pub binary: PathBuf,
-    /// The cases, in order: drain, notify, poll.
+    /// The cases, in order: drain, blocked, notify, poll.
     #[arg(long, value_delimiter = ',', default_value = "drain,notify,poll")]
     pub cases: Vec<String>,
     /// Rows committed before the relay starts (`drain`).
     #[arg(long, default_value_t = 50_000)]
     pub backlog: u64,
+    /// Rows waiting behind one aggregate's dead first row (`blocked`, under `on_dead =
+    /// "block"`).
+    #[arg(long, default_value_t = 200_000)]
+    pub blocked: u64,
+    /// Delivered rows kept in the table (`blocked`).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub delivered_kept: u64,
     /// Rows per second the application commits (`notify`, `poll`).
     #[arg(long, default_value_t = 1000)]
     pub rate: u64,

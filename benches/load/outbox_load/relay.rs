@@ -29,6 +29,8 @@ pub struct Settings<'a> {
     pub deliver_to: String,
     pub notify: bool,
     pub concurrency: Option<usize>,
+    /// `on_dead = "block"`.
+    pub block: bool,
 }
 
 impl Relay {
@@ -41,6 +43,9 @@ impl Relay {
         );
         if settings.notify {
             config.push_str("notify_channel = \"outbox\"\n");
+        }
+        if settings.block {
+            config.push_str("on_dead = \"block\"\n");
         }
         if let Some(concurrency) = settings.concurrency {
             config.push_str(&format!("deliver_concurrency = {concurrency}\n"));

@@ -22,10 +22,13 @@
 //! The relay runs on a tokio runtime; [`Outbox::start_relay`] must be called within one.
 #![forbid(unsafe_code)]
 
+mod bulk;
 mod config;
 pub mod destination;
 mod enqueue;
+mod error;
 mod metrics;
+mod migrate;
 mod names;
 mod outbox;
 mod relay;
@@ -36,19 +39,21 @@ mod table;
 mod transport;
 mod verdict;
 
+pub use bulk::DeadFilter;
 pub use config::{destination, OnDead, OutboxConfig, LEASE_MARGIN};
 pub use destination::{
     duplicate_window_warnings, redacted, Delivery, DestinationKind, Destinations, HttpPublisher,
     Message, Publisher,
 };
 pub use enqueue::{enqueue, Event, Payload};
+pub use error::OutboxError;
 /// The client the helper and the relay speak to PostgreSQL with.
 pub use idempotency_postgres::tokio_postgres;
 pub use metrics::{
-    ATTEMPTS_TOTAL, ATTEMPT_LINE_TARGET, BLOCKED_AGGREGATES, DELIVERY_SECONDS,
-    OLDEST_PENDING_SECONDS, PENDING,
+    ATTEMPTS_TOTAL, ATTEMPT_LINE_TARGET, BLOCKED_AGGREGATES, CLAIM_SECONDS, DELIVERY_SECONDS,
+    LEASES_LOST_TOTAL, LISTENING, OLDEST_PENDING_SECONDS, PENDING,
 };
-pub use names::{EventId, OutboxName, TableName};
+pub use names::{channel_name, EventId, OutboxName, TableName};
 pub use outbox::{DeadRow, Outbox, OutboxCounts};
 pub use relay::{Drained, Health, Relay};
 pub use schema::schema_sql;
@@ -60,30 +65,9 @@ pub use transport::Transport;
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
-/// Why an outbox operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum OutboxError {
-    /// The database could not be reached, or refused a statement.
-    #[error("database: {0}")]
-    Database(String),
-    /// The table lacks columns the relay needs, or has them with other types.
-    #[error("{0}")]
-    Table(TableProblems),
-}
-
-impl From<idempotency_postgres::tokio_postgres::Error> for OutboxError {
-    fn from(error: idempotency_postgres::tokio_postgres::Error) -> Self {
-        // The server's own message (and its detail) says more than the client's summary.
-        let text = match error.as_db_error() {
-            Some(db) => format!("{}: {}", db.severity(), db.message()),
-            None => error.to_string(),
-        };
-        OutboxError::Database(text)
-    }
-}
-
-impl From<idempotency_postgres::PoolError> for OutboxError {
-    fn from(error: idempotency_postgres::PoolError) -> Self {
-        OutboxError::Database(error.to_string())
-    }
+/// The claim the relay runs on `table` (`$1` owner, `$2` lease in ms, `$3` how many), for a
+/// look at its plan (`EXPLAIN`).
+#[doc(hidden)]
+pub fn claim_statement(table: &TableName, payload: PayloadKind) -> String {
+    sql::claim(table, payload)
 }

@@ -20,6 +20,14 @@ pub const PENDING: &str = "idempotency_outbox_pending";
 pub const OLDEST_PENDING_SECONDS: &str = "idempotency_outbox_oldest_pending_seconds";
 /// `idempotency_outbox_blocked_aggregates{outbox}`.
 pub const BLOCKED_AGGREGATES: &str = "idempotency_outbox_blocked_aggregates";
+/// `idempotency_outbox_leases_lost_total{outbox}`: attempts whose outcome was not written,
+/// because their lease ran out and another claim took the row over.
+pub const LEASES_LOST_TOTAL: &str = "idempotency_outbox_leases_lost_total";
+/// `idempotency_outbox_claim_seconds{outbox}`: how long each claim statement took.
+pub const CLAIM_SECONDS: &str = "idempotency_outbox_claim_seconds";
+/// `idempotency_outbox_listening{outbox}`: 1 while the `LISTEN` connection is up, 0 while the
+/// relay only polls (an outbox without `notify_channel` does not report it).
+pub const LISTENING: &str = "idempotency_outbox_listening";
 /// The target of each attempt's log line: an access line, like a request's.
 pub const ATTEMPT_LINE_TARGET: &str = "idempotency_outbox::attempt";
 
@@ -30,6 +38,9 @@ pub(crate) struct OutboxMetrics {
     /// `delivered`, `failed`, `dead`.
     attempts: [metrics::Counter; 3],
     delivery: metrics::Histogram,
+    leases_lost: metrics::Counter,
+    claim: metrics::Histogram,
+    listening: metrics::Gauge,
 }
 
 /// What one attempt's log line says.
@@ -51,7 +62,25 @@ impl OutboxMetrics {
                 |result| metrics::counter!(ATTEMPTS_TOTAL, "outbox" => name(), "result" => result),
             ),
             delivery: metrics::histogram!(DELIVERY_SECONDS, "outbox" => name()),
+            leases_lost: metrics::counter!(LEASES_LOST_TOTAL, "outbox" => name()),
+            claim: metrics::histogram!(CLAIM_SECONDS, "outbox" => name()),
+            listening: metrics::gauge!(LISTENING, "outbox" => name()),
         }
+    }
+
+    /// Counts an attempt whose outcome was not written: its lease was lost.
+    pub(crate) fn lease_lost(&self) {
+        self.leases_lost.increment(1);
+    }
+
+    /// Records how long a claim took.
+    pub(crate) fn claimed(&self, took: Duration) {
+        self.claim.record(took.as_secs_f64());
+    }
+
+    /// Whether the `LISTEN` connection is up.
+    pub(crate) fn listening(&self, up: bool) {
+        self.listening.set(if up { 1.0 } else { 0.0 });
     }
 
     /// Counts and logs one attempt; `age` is the row's, for a delivered one.

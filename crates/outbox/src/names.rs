@@ -57,13 +57,30 @@ impl TableName {
     /// ```
     pub fn new(name: &str) -> Result<Self, String> {
         let parts: Vec<&str> = name.split('.').collect();
-        let valid = parts.len() <= 2
-            && parts
-                .iter()
-                .all(|p| !p.is_empty() && p.len() <= 63 && !p.contains('\0'));
-        if !valid {
+        if parts.len() > 2 || parts.iter().any(|p| p.is_empty()) {
             return Err(format!(
-                "table {name:?} must be \"table\" or \"schema.table\", each part 1 to 63 bytes"
+                "table {name:?} must be \"table\" or \"schema.table\", each part not empty"
+            ));
+        }
+        if name.chars().any(char::is_control) {
+            return Err(format!(
+                "table {name:?} holds a control character (a name reaches SQL text and comments)"
+            ));
+        }
+        let table = parts[parts.len() - 1];
+        if table.len() > MAX_TABLE_LEN {
+            return Err(format!(
+                "table {table:?} is {} bytes: at most {MAX_TABLE_LEN}, so that the names of its \
+                 indexes (the table's, then up to {} more) stay whole and unique within \
+                 PostgreSQL's {MAX_IDENTIFIER_LEN} bytes",
+                table.len(),
+                MAX_IDENTIFIER_LEN - MAX_TABLE_LEN
+            ));
+        }
+        if parts.len() == 2 && parts[0].len() > MAX_IDENTIFIER_LEN {
+            return Err(format!(
+                "schema {:?} is longer than PostgreSQL's {MAX_IDENTIFIER_LEN} bytes",
+                parts[0]
             ));
         }
         Ok(Self {
@@ -107,6 +124,33 @@ impl fmt::Display for TableName {
     }
 }
 
+/// The longest name PostgreSQL keeps whole (`NAMEDATALEN - 1`).
+const MAX_IDENTIFIER_LEN: usize = 63;
+/// The longest table name whose derived names (`_delivered`, the longest suffix, and the
+/// identity's `_seq_seq`) stay within [`MAX_IDENTIFIER_LEN`].
+const MAX_TABLE_LEN: usize = MAX_IDENTIFIER_LEN - "_delivered".len();
+
+/// Checks a channel name for `LISTEN`/`NOTIFY` (`notify_channel`, `outbox-schema
+/// --notify-channel`): 1 to 63 bytes, no control character (it is written into the printed
+/// DDL, in a comment and a string).
+///
+/// ```
+/// use idempotency_outbox::channel_name;
+/// assert!(channel_name("outbox").is_ok());
+/// assert!(channel_name("out\nbox").is_err() && channel_name(&"c".repeat(64)).is_err());
+/// ```
+pub fn channel_name(raw: &str) -> Result<String, String> {
+    if raw.is_empty() || raw.len() > MAX_IDENTIFIER_LEN {
+        return Err(format!(
+            "channel {raw:?} must be 1 to {MAX_IDENTIFIER_LEN} bytes"
+        ));
+    }
+    if raw.chars().any(char::is_control) {
+        return Err(format!("channel {raw:?} holds a control character"));
+    }
+    Ok(raw.to_owned())
+}
+
 /// An event's id: what the receiver sees as `Idempotency-Key` (and `webhook-id`) on every
 /// attempt, so 1 to 255 visible ASCII characters, not starting with a quote (which a receiver
 /// would read as a structured-field string).
@@ -141,5 +185,23 @@ impl EventId {
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_that_could_become_sql_or_collide_are_refused_with_why() {
+        let newline = TableName::new("outbox\nDROP TABLE x").unwrap_err();
+        assert!(newline.contains("control character"), "{newline}");
+        let longest = "t".repeat(MAX_TABLE_LEN);
+        assert!(TableName::new(&longest).is_ok());
+        let long = TableName::new(&format!("{longest}x")).unwrap_err();
+        assert!(long.contains("at most 53"), "{long}");
+        assert!(TableName::new(&format!("{}.outbox", "s".repeat(64))).is_err());
+        assert!(TableName::new(&format!("{}.outbox", "s".repeat(63))).is_ok());
+        assert!(TableName::new("app.").is_err() && TableName::new("a.b.c").is_err());
     }
 }

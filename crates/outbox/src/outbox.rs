@@ -8,12 +8,16 @@ use idempotency_postgres::{pool, ConnectOptions, DatabaseUrl, Object, Pool};
 
 use crate::config::OutboxConfig;
 use crate::destination::Destinations;
+use crate::migrate;
 use crate::names::OutboxName;
 use crate::relay::Relay;
 use crate::sql::AdminSql;
 use crate::table::{self, Column, TableLayout};
 use crate::transport::Transport;
 use crate::OutboxError;
+
+/// Added to a statement's own timeout in a call's client-side deadline.
+const CALL_MARGIN: Duration = Duration::from_secs(1);
 
 /// One outbox table and the way to its database. Clones share the pool.
 #[derive(Clone, Debug)]
@@ -80,7 +84,7 @@ impl Outbox {
         url: DatabaseUrl,
         options: ConnectOptions,
     ) -> Result<Self, OutboxError> {
-        let pool = pool(&url, &options).map_err(|e| OutboxError::Database(e.to_string()))?;
+        let pool = pool(&url, &options).map_err(OutboxError::Connect)?;
         let sql = AdminSql::new(&config.table);
         Ok(Self {
             inner: Arc::new(Inner {
@@ -108,6 +112,10 @@ impl Outbox {
         &self.inner.url
     }
 
+    pub(crate) fn admin_sql(&self) -> &AdminSql {
+        &self.inner.sql
+    }
+
     pub(crate) fn connect_options(&self) -> &ConnectOptions {
         &self.inner.options
     }
@@ -131,9 +139,55 @@ impl Outbox {
         Relay::start(self.clone(), destinations)
     }
 
-    /// Checks the table: [`OutboxError::Table`] names every missing or mistyped column.
+    /// Runs `call` within the deadline of one database call: a database that stops answering
+    /// (frozen, or dropping packets) fails it with [`OutboxError::Deadline`] rather than
+    /// holding it for as long as TCP takes to give up.
+    pub(crate) async fn within<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, OutboxError>>,
+    ) -> Result<T, OutboxError> {
+        let deadline = self.call_deadline();
+        tokio::time::timeout(deadline, call)
+            .await
+            .unwrap_or(Err(OutboxError::Deadline(deadline)))
+    }
+
+    /// The server's statement timeout and a margin for the round trip; with no statement
+    /// timeout, the connect timeout's worth of waiting for a connection and a generous bound.
+    pub(crate) fn call_deadline(&self) -> Duration {
+        let options = &self.inner.options;
+        match options.statement_timeout {
+            t if t.is_zero() => options.connect_timeout + Duration::from_secs(30),
+            t => t.max(options.connect_timeout) + CALL_MARGIN,
+        }
+    }
+
+    /// Checks the table: [`OutboxError::Table`] names every missing or mistyped column. It
+    /// runs no DDL: see [`Outbox::prepare_table`].
     pub async fn check_table(&self) -> Result<TableLayout, OutboxError> {
+        self.within(async {
+            let client = self.client().await?;
+            Ok(self.inspect(&client).await?.0)
+        })
+        .await
+    }
+
+    /// Checks the table and adds what it lacks of the current layout (the columns, indexes and
+    /// trigger argument that keep waiting rows off the claim's path), in one transaction;
+    /// nothing is run when everything is there. A role that may not add what is missing is
+    /// refused ([`OutboxError::Table`]) with the statements to run.
+    pub async fn prepare_table(&self) -> Result<TableLayout, OutboxError> {
         let client = self.client().await?;
+        let (layout, found) = self.within(self.inspect(&client)).await?;
+        let table = &self.inner.config.table;
+        if let Some(missing) = migrate::missing(table, &found, self.inner.config.on_dead) {
+            // Not within the call deadline: a backfill of a large table takes its time.
+            migrate::apply(&client, table, &missing).await?;
+        }
+        Ok(layout)
+    }
+
+    async fn inspect(&self, client: &Object) -> Result<(TableLayout, migrate::Found), OutboxError> {
         let table = &self.inner.config.table;
         let rows = client.query(table::COLUMNS_SQL, &[&table.quoted()]).await?;
         let columns: Vec<Column> = rows
@@ -144,15 +198,31 @@ impl Outbox {
                 has_default: row.get(2),
             })
             .collect();
-        let ordered = client
-            .query_one(&table::order_trigger_sql(), &[&table.quoted()])
+        let trigger: Option<i32> = client
+            .query_opt(&migrate::trigger_sql(), &[&table.quoted()])
             .await?
-            .get(0);
-        table::check(table, &columns, ordered).map_err(OutboxError::Table)
+            .map(|row| row.get(0));
+        let layout =
+            table::check(table, &columns, trigger.is_some()).map_err(OutboxError::Table)?;
+        let indexes = client
+            .query(migrate::INDEXES_SQL, &[&table.quoted()])
+            .await?;
+        let found = migrate::Found {
+            columns: ["holding", "waiting"]
+                .iter()
+                .all(|name| columns.iter().any(|c| c.name == *name)),
+            indexes: indexes.iter().map(|row| row.get(0)).collect(),
+            trigger: trigger.map(|args| args > 0),
+        };
+        Ok((layout, found))
     }
 
     /// Counts the table's rows by state.
     pub async fn counts(&self) -> Result<OutboxCounts, OutboxError> {
+        self.within(self.count()).await
+    }
+
+    async fn count(&self) -> Result<OutboxCounts, OutboxError> {
         let client = self.client().await?;
         let row = client.query_one(&self.inner.sql.counts, &[]).await?;
         let count = |i: usize| u64::try_from(row.get::<_, i64>(i)).unwrap_or(0);
@@ -175,6 +245,14 @@ impl Outbox {
     /// `after` names no row of the table (deleted since, or never there), whose place in the
     /// order is then unknown.
     pub async fn dead(
+        &self,
+        limit: u32,
+        after: Option<&str>,
+    ) -> Result<Option<Vec<DeadRow>>, OutboxError> {
+        self.within(self.dead_page(limit, after)).await
+    }
+
+    async fn dead_page(
         &self,
         limit: u32,
         after: Option<&str>,
@@ -212,16 +290,38 @@ impl Outbox {
         rows.map(Some)
     }
 
-    /// Makes the dead row `id` pending again with a fresh attempt budget (`max_age` still
-    /// counts from its `created_at`); `false` when there is no such dead row.
+    /// Makes the dead row `id` pending again with a fresh attempt budget (`max_age` counts
+    /// from now on); `false` when there is no such dead row.
     pub async fn retry_dead(&self, id: &str) -> Result<bool, OutboxError> {
-        let client = self.client().await?;
-        Ok(client.execute(&self.inner.sql.retry, &[&id]).await? == 1)
+        self.within(self.change_dead(&self.inner.sql.retry, id))
+            .await
     }
 
-    /// Deletes the dead row `id`; `false` when there is no such dead row.
+    /// Deletes the dead row `id`; `false` when there is no such dead row. Under `on_dead =
+    /// "block"` its aggregate's next row may then be attempted.
     pub async fn delete_dead(&self, id: &str) -> Result<bool, OutboxError> {
-        let client = self.client().await?;
-        Ok(client.execute(&self.inner.sql.delete, &[&id]).await? == 1)
+        self.within(self.change_dead(&self.inner.sql.delete, id))
+            .await
+    }
+
+    /// Runs a retry or a delete of one dead row, and passes its aggregate's turn under the
+    /// aggregate's lock (waited for: an operator's call may wait for an application's insert).
+    async fn change_dead(&self, sql: &str, id: &str) -> Result<bool, OutboxError> {
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await?;
+        let Some(row) = transaction.query_opt(sql, &[&id]).await? else {
+            return Ok(false);
+        };
+        if let Some(aggregate) = row.get::<_, Option<String>>(0) {
+            let table = self.inner.config.table.quoted();
+            transaction
+                .execute(crate::sql::WAIT_FOR_AGGREGATE, &[&table, &aggregate])
+                .await?;
+            transaction
+                .execute(&self.inner.sql.promote, &[&vec![aggregate]])
+                .await?;
+        }
+        transaction.commit().await?;
+        Ok(true)
     }
 }

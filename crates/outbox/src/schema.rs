@@ -53,16 +53,12 @@ CREATE TABLE IF NOT EXISTS {t} (
     delivered_at    timestamptz,
     dead_at         timestamptz,
     last_status     integer,
-    last_error      text
+    last_error      text,
+    holding         boolean     NOT NULL DEFAULT true,
+    waiting         boolean     NOT NULL DEFAULT false
 ) WITH (fillfactor = 80);
 
--- The relay's claim: rows neither delivered nor dead, by when they are due.
-CREATE INDEX IF NOT EXISTS {due} ON {t} (next_attempt_at)
-    WHERE delivered_at IS NULL AND dead_at IS NULL;
--- Order: whether an earlier row of the same aggregate is still undelivered.
-CREATE INDEX IF NOT EXISTS {aggregate} ON {t} (aggregate_id, seq)
-    WHERE delivered_at IS NULL;
--- keep_delivered's deletes, and the count of the last hour's deliveries.
+{indexes}-- keep_delivered's deletes, and the count of the last hour's deliveries.
 CREATE INDEX IF NOT EXISTS {delivered} ON {t} (delivered_at)
     WHERE delivered_at IS NOT NULL;
 -- The dead rows, in order.
@@ -73,27 +69,12 @@ CREATE INDEX IF NOT EXISTS {dead} ON {t} (seq)
 -- the aggregate's lock, which its transaction keeps until it ends. Transactions of one
 -- aggregate therefore queue behind each other from their event's insert to their commit:
 -- insert the event last in the transaction.
-CREATE OR REPLACE FUNCTION {order_fn}() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF NEW.aggregate_id IS NOT NULL THEN
-        PERFORM pg_advisory_xact_lock(hashtextextended(
-            TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME || '/' || NEW.aggregate_id, 0));
-        NEW.seq := nextval(pg_get_serial_sequence(
-            quote_ident(TG_TABLE_SCHEMA) || '.' || quote_ident(TG_TABLE_NAME), 'seq'));
-    END IF;
-    RETURN NEW;
-END $$;
-DROP TRIGGER IF EXISTS {order_trigger} ON {t};
-CREATE TRIGGER {order_trigger} BEFORE INSERT ON {t}
-    FOR EACH ROW EXECUTE FUNCTION {order_fn}();
-"#,
+{order}"#,
         name = table.as_str(),
-        due = index("due"),
-        aggregate = index("aggregate"),
+        indexes = claim_indexes(table),
         delivered = index("delivered"),
         dead = index("dead"),
-        order_fn = function(ORDER_FUNCTION),
-        order_trigger = quote_identifier(ORDER_FUNCTION),
+        order = order_trigger(table),
     );
     match notify_channel {
         Some(channel) => ddl.push_str(&notify_trigger(t, &function(NOTIFY_FUNCTION), channel)),
@@ -104,6 +85,70 @@ CREATE TRIGGER {order_trigger} BEFORE INSERT ON {t}
     }
     ddl.push_str("\nCOMMIT;\n");
     ddl
+}
+
+/// The claim's index and the order index (see the module's docs).
+pub(crate) fn claim_indexes(table: &TableName) -> String {
+    let t = table.quoted();
+    format!(
+        r#"-- The relay's claim: only rows that may be attempted (not delivered, not dead, not waiting
+-- behind an earlier row of their aggregate), by when they are due.
+CREATE INDEX IF NOT EXISTS {ready} ON {t} (next_attempt_at)
+    WHERE delivered_at IS NULL AND dead_at IS NULL AND NOT waiting;
+-- Order: the rows that hold their aggregate back, by aggregate in seq order.
+CREATE INDEX IF NOT EXISTS {holding} ON {t} (aggregate_id, seq)
+    WHERE holding;
+"#,
+        ready = quote_identifier(&index_name(table, READY_INDEX)),
+        holding = quote_identifier(&index_name(table, HOLDING_INDEX)),
+    )
+}
+
+/// The suffixes of the claim's index and the order index.
+pub(crate) const READY_INDEX: &str = "ready";
+pub(crate) const HOLDING_INDEX: &str = "holding";
+
+/// An index's name: the table's, then the suffix.
+pub(crate) fn index_name(table: &TableName, suffix: &str) -> String {
+    format!("{}_{suffix}", table.table())
+}
+
+/// The function the order trigger runs (shared by the outbox tables of a schema) and the
+/// trigger on `table`. Its argument says that the table has `waiting` to set: a table of the
+/// earlier layout, whose trigger has none, keeps the earlier behaviour from the same function.
+pub(crate) fn order_trigger(table: &TableName) -> String {
+    let t = table.quoted();
+    let function = match table.schema() {
+        Some(schema) => format!("{}.{ORDER_FUNCTION}", quote_identifier(schema)),
+        None => ORDER_FUNCTION.to_owned(),
+    };
+    let trigger = quote_identifier(ORDER_FUNCTION);
+    format!(
+        r#"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    behind boolean;
+BEGIN
+    IF NEW.aggregate_id IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(hashtextextended(
+            TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME || '/' || NEW.aggregate_id, 0));
+        NEW.seq := nextval(pg_get_serial_sequence(
+            quote_ident(TG_TABLE_SCHEMA) || '.' || quote_ident(TG_TABLE_NAME), 'seq'));
+        IF TG_NARGS > 0 THEN
+            -- Read after the lock: a relay passing the turn holds it too, so this sees its
+            -- release, or it sees this row once it is committed.
+            EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.%I WHERE aggregate_id = $1 AND holding)',
+                           TG_TABLE_SCHEMA, TG_TABLE_NAME)
+                INTO behind USING NEW.aggregate_id;
+            NEW.waiting := behind;
+        END IF;
+    END IF;
+    RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS {trigger} ON {t};
+CREATE TRIGGER {trigger} BEFORE INSERT ON {t}
+    FOR EACH ROW EXECUTE FUNCTION {function}('waiting');
+"#
+    )
 }
 
 /// A statement-level trigger: one `NOTIFY` per inserting statement, sent when its transaction

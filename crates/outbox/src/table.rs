@@ -5,7 +5,6 @@
 use std::fmt;
 
 use crate::names::TableName;
-use crate::schema::ORDER_FUNCTION;
 
 /// The type of the `payload` column, which decides how a body is read and its default
 /// `Content-Type`.
@@ -74,14 +73,6 @@ pub(crate) const COLUMNS_SQL: &str =
     "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), \
      a.atthasdef OR a.attidentity <> '' FROM pg_attribute a \
      WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped";
-
-/// Whether the order trigger is on the table; `$1` is the quoted table name.
-pub(crate) fn order_trigger_sql() -> String {
-    format!(
-        "SELECT EXISTS (SELECT 1 FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid \
-         WHERE t.tgrelid = to_regclass($1) AND p.proname = '{ORDER_FUNCTION}' AND NOT t.tgisinternal)"
-    )
-}
 
 const TEXT: &[&str] = &["text", "character varying"];
 const TIMESTAMP: &[&str] = &["timestamp with time zone"];

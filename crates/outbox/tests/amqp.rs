@@ -181,3 +181,45 @@ async fn connections_cut_under_load_lose_nothing() {
     assert_eq!(taken, expected, "every row's message is in the queue");
     relay.drain(WAIT).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_of_one_aggregate_reach_the_queue_in_seq_order() {
+    let Some(db) = Db::fresh().await else { return };
+    let Some(vhost) = RabbitVhost::create("order") else {
+        return;
+    };
+    let (_connection, channel) = declare(&vhost, true).await;
+    let relay = db
+        .outbox(config(&db, &vhost))
+        .start_relay(HyperTransport::shared());
+    let mut ids = Vec::new();
+    for batch in 0..5 {
+        let events: Vec<_> = (0..8)
+            .map(|n| {
+                let id = format!("evt-{batch}-{n}");
+                ids.push(id.clone());
+                ordered(&id, if n % 2 == 0 { "order-7" } else { "order-8" })
+            })
+            .collect();
+        db.commit(&events).await;
+    }
+    for id in &ids {
+        db.until_delivered(id).await;
+    }
+    let taken = drain_queue(&channel).await;
+    assert_eq!(taken.len(), 40);
+    let mut seen = std::collections::BTreeMap::<String, Vec<i64>>::new();
+    for (properties, _) in &taken {
+        let aggregate = header(properties, "Outbox-Aggregate-Id").unwrap();
+        let seq = header(properties, "Outbox-Seq").unwrap().parse().unwrap();
+        seen.entry(aggregate).or_default().push(seq);
+    }
+    for (aggregate, seqs) in &seen {
+        assert_eq!(seqs.len(), 20, "{aggregate}");
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "{aggregate}: {seqs:?}"
+        );
+    }
+    relay.drain(WAIT).await;
+}

@@ -266,3 +266,49 @@ async fn a_stream_whose_duplicate_window_is_too_short_is_named() {
         "{unreachable:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_of_one_aggregate_reach_the_stream_in_seq_order() {
+    let Some(db) = Db::fresh().await else { return };
+    let Some(server) = NatsServer::start().await else {
+        return;
+    };
+    let js = jetstream(&server).await;
+    let stream = create_stream(&js).await;
+    let relay = db
+        .outbox(config(&db, &server))
+        .start_relay(HyperTransport::shared());
+    let mut ids = Vec::new();
+    for batch in 0..5 {
+        let events: Vec<_> = (0..8)
+            .map(|n| {
+                let id = format!("evt-{batch}-{n}");
+                ids.push(id.clone());
+                ordered(&id, if n % 2 == 0 { "order-7" } else { "order-8" })
+            })
+            .collect();
+        db.commit(&events).await;
+    }
+    for id in &ids {
+        db.until_delivered(id).await;
+    }
+    let total = messages(&js).await;
+    assert_eq!(total, 40);
+    let mut seen = std::collections::BTreeMap::<String, Vec<i64>>::new();
+    for sequence in 1..=total {
+        let message = stream.get_raw_message(sequence).await.unwrap();
+        let header = |name: &str| message.headers.get(name).unwrap().to_string();
+        let seq: i64 = header("Outbox-Seq").parse().unwrap();
+        seen.entry(header("Outbox-Aggregate-Id"))
+            .or_default()
+            .push(seq);
+    }
+    for (aggregate, seqs) in &seen {
+        assert_eq!(seqs.len(), 20, "{aggregate}");
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "{aggregate}: {seqs:?}"
+        );
+    }
+    relay.drain(WAIT).await;
+}

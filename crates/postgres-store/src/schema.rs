@@ -72,8 +72,40 @@ impl Tables {
         }
     }
 
-    /// Creates what is missing, then checks that both tables have the expected layout.
+    /// Creates what is missing, then checks that both tables have the expected layout. With
+    /// everything in place no DDL runs: PostgreSQL checks the right to `CREATE` before it looks
+    /// whether the object exists, so even `IF NOT EXISTS` would refuse a role that holds only
+    /// row rights on tables its owner created.
     pub(crate) async fn prepare(&self, client: &mut Client) -> Result<(), StoreError> {
+        let missing = self.missing(client).await?;
+        if !missing.is_empty() {
+            self.create(client, &missing).await?;
+        }
+        self.check(client).await
+    }
+
+    /// The tables and index not there yet, named.
+    async fn missing(&self, client: &Client) -> Result<Vec<String>, StoreError> {
+        let objects = [
+            self.qualified(RECORDS_TABLE),
+            self.qualified(DELIVERIES_TABLE),
+            self.qualified(&format!("{DELIVERIES_TABLE}_due")),
+        ];
+        let mut missing = Vec::new();
+        for object in objects {
+            let row = client
+                .query_one("SELECT to_regclass($1) IS NOT NULL", &[&object])
+                .await
+                .map_err(unavailable)?;
+            if !row.get::<_, bool>(0) {
+                missing.push(object);
+            }
+        }
+        Ok(missing)
+    }
+
+    /// Runs the DDL for what is missing; a role that may not is refused with the statements.
+    async fn create(&self, client: &mut Client, missing: &[String]) -> Result<(), StoreError> {
         let transaction = client.transaction().await.map_err(unavailable)?;
         // Replicas starting together would otherwise race on `CREATE TABLE IF NOT EXISTS`,
         // which is not safe against a concurrent creator.
@@ -83,9 +115,15 @@ impl Tables {
                 self.ddl()
             ))
             .await
-            .map_err(|e| StoreError::Open(format!("cannot create the store's tables: {e}")))?;
-        transaction.commit().await.map_err(unavailable)?;
-        self.check(client).await
+            .map_err(|e| {
+                StoreError::Open(format!(
+                    "{} missing, and this role cannot create them ({}); run as a role that may:\n{}",
+                    missing.join(", "),
+                    crate::store::described(&e),
+                    self.ddl()
+                ))
+            })?;
+        transaction.commit().await.map_err(unavailable)
     }
 
     fn ddl(&self) -> String {

@@ -141,3 +141,31 @@ async fn many_keys_at_once_are_each_reserved_and_completed_by_their_holder() {
         assert_eq!(record, Record::Completed(stored), "many-{i}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_with_only_row_rights_opens_tables_its_owner_made_and_is_told_what_is_missing() {
+    let Some((server, db)) = database() else {
+        return;
+    };
+    let tables = ["idempotency_records", "idempotency_deliveries"];
+    let rows_only = server.row_only_role(&db, &[], &[]);
+    let open_as = |url: String| async move {
+        let url = DatabaseUrl::resolve(&url).unwrap();
+        PostgresStore::connect(&url, &ConnectOptions::default(), None).await
+    };
+    // Nothing made yet, and this role may not make it: refused, naming what and how.
+    let Err(StoreError::Open(why)) = open_as(rows_only).await else {
+        panic!("refused");
+    };
+    assert!(why.contains("idempotency_records"), "{why}");
+    assert!(why.contains("CREATE TABLE IF NOT EXISTS"), "{why}");
+
+    // The owner makes them; a role with row rights only opens them and serves.
+    drop(connect(server, &db, None).await.unwrap());
+    let granted = server.row_only_role(&db, &tables, &[]);
+    let store = open_as(granted).await.unwrap();
+    let reserved = store
+        .reserve(&key("k"), fp(1), Duration::from_secs(30))
+        .await;
+    assert!(matches!(reserved.unwrap(), Reservation::Acquired(_)));
+}

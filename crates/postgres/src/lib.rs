@@ -10,13 +10,15 @@
 //! - [`Listener`]: one connection of its own, outside any pool, for `LISTEN`: a pooled
 //!   connection goes back to the pool between uses, and would take its `LISTEN` with it.
 
+mod failure;
 mod listen;
 mod options;
 mod sql;
 mod tls;
 mod url;
 
-pub use deadpool_postgres::{Object, Pool, PoolError};
+pub use deadpool_postgres::{Object, Pool, PoolError, Transaction};
+pub use failure::Failure;
 pub use listen::Listener;
 pub use options::{pool, ConnectOptions};
 pub use sql::{quote_identifier, quote_qualified};

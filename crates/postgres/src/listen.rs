@@ -8,8 +8,8 @@ use crate::{options, quote_identifier, ConnectError, ConnectOptions, DatabaseUrl
 
 /// A connection that listens on one channel.
 pub struct Listener {
-    // Kept so the connection stays open: dropping the client ends it.
-    _client: Client,
+    // Kept so the connection stays open (dropping the client ends it), and to check it.
+    client: Client,
     messages: mpsc::UnboundedReceiver<AsyncMessage>,
 }
 
@@ -25,10 +25,13 @@ impl Listener {
         client
             .batch_execute(&format!("LISTEN {}", quote_identifier(channel)))
             .await?;
-        Ok(Self {
-            _client: client,
-            messages,
-        })
+        Ok(Self { client, messages })
+    }
+
+    /// Asks the server for an empty answer: a connection that died silently (a server frozen,
+    /// or a path that drops packets) never answers, so the caller bounds this in time.
+    pub async fn ping(&self) -> Result<(), tokio_postgres::Error> {
+        self.client.simple_query("").await.map(|_| ())
     }
 
     /// Waits for the next notification on the channel: `Some(payload)`, or `None` once the

@@ -56,6 +56,10 @@ impl ConnectOptions {
         if timeout > 0 {
             options.push_str(&format!(" -c statement_timeout={timeout}"));
         }
+        // Every statement is written for read committed (each sees what committed before it,
+        // a lock waited for is followed by a fresh look): pinned, whatever the database's or
+        // the role's default.
+        options.push_str(" -c default_transaction_isolation=read\\ committed");
         for (name, value) in &self.settings {
             options.push_str(&format!(" -c {name}={value}"));
         }

@@ -136,3 +136,26 @@ async fn sslmode_require_speaks_tls_verified_against_the_given_roots() {
     }
     assert!(chain.contains("UnknownIssuer"), "{chain}");
 }
+
+#[tokio::test]
+async fn connections_are_read_committed_whatever_the_databases_default() {
+    let Some(server) = shared_postgres() else {
+        return;
+    };
+    let database = server.fresh_database();
+    let name = database.rsplit('/').next().unwrap().to_owned();
+    let name = name.split('?').next().unwrap();
+    for default in ["serializable", "repeatable read"] {
+        server.psql(&format!(
+            "ALTER DATABASE \"{name}\" SET default_transaction_isolation = '{default}'"
+        ));
+        let pool = pool(&url(&database), &ConnectOptions::default()).unwrap();
+        let client = pool.get().await.unwrap();
+        let isolation: String = client
+            .query_one("SHOW transaction_isolation", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(isolation, "read committed", "with {default} as the default");
+    }
+}

@@ -132,6 +132,29 @@ impl PostgresServer {
         self.url_of(&name)
     }
 
+    /// A login role of its own holding only row rights (SELECT, INSERT, UPDATE, DELETE) on
+    /// `tables` of `database`, and USAGE on `sequences`: what a least-privileged application or
+    /// relay holds once an owner created everything. Returns the URL that connects as it.
+    pub fn row_only_role(&self, database: &str, tables: &[&str], sequences: &[&str]) -> String {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let role = format!(
+            "rows_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut sql = format!("CREATE ROLE {role} LOGIN;");
+        for table in tables {
+            sql.push_str(&format!(
+                "GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {role};"
+            ));
+        }
+        for sequence in sequences {
+            sql.push_str(&format!("GRANT USAGE ON SEQUENCE {sequence} TO {role};"));
+        }
+        self.psql_on(database, &sql);
+        format!("postgres://{role}@127.0.0.1:{}/{database}", self.port)
+    }
+
     /// Runs `sql` through `psql` as the superuser on the `postgres` database, and returns what it
     /// printed (unaligned, tuples only); panics when it fails.
     pub fn psql(&self, sql: &str) -> String {
@@ -181,6 +204,28 @@ impl PostgresServer {
     /// new connections wait.
     pub fn pause(&self) {
         signal::send(self.pid(), "STOP");
+    }
+
+    /// Stops the whole server with SIGSTOP, the backends serving sessions too: open
+    /// connections stay open and nothing at all is answered, as with a database whose path
+    /// drops packets. The server runs again (SIGCONT) when the guard is dropped, even when the
+    /// test fails.
+    pub fn freeze(&self) -> Frozen {
+        let mut pids = vec![self.pid()];
+        let children = Command::new("pgrep")
+            .args(["-P", &self.pid().to_string()])
+            .output()
+            .expect("pgrep runs");
+        pids.extend(
+            String::from_utf8_lossy(&children.stdout)
+                .lines()
+                .filter_map(|line| line.trim().parse::<u32>().ok()),
+        );
+        // Children first, so the postmaster cannot notice a stopped child.
+        for pid in pids.iter().rev() {
+            signal::send(*pid, "STOP");
+        }
+        Frozen { pids }
     }
 
     /// Lets a paused postmaster run again (SIGCONT).
@@ -279,6 +324,22 @@ impl Drop for PostgresServer {
     fn drop(&mut self) {
         self.stop(Shutdown::Immediate);
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A server frozen by [`PostgresServer::freeze`]: thawed when dropped.
+#[must_use = "the server is thawed when this is dropped"]
+pub struct Frozen {
+    pids: Vec<u32>,
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        for pid in &self.pids {
+            let _ = Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status();
+        }
     }
 }
 

@@ -55,6 +55,12 @@ pub(in crate::config) struct OutboxTable {
     pub(in crate::config) upstream_client_cert: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(in crate::config) upstream_client_key: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(in crate::config) database_ca: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(in crate::config) pool_size: Option<Spanned<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(in crate::config) statement_timeout: Option<Spanned<String>>,
 }
 
 /// `on_dead`: what later rows of an aggregate do while an earlier one is dead.

@@ -19,11 +19,15 @@ use crate::config::common::values::{duration, method};
 use crate::config::file::unspanned;
 use crate::config::settings::OutboxSettings;
 use crate::config::tls::{apply_keys, UpstreamKeys};
+use crate::outbox::OutboxConnection;
+use crate::store::DatabaseCa;
 use crate::tls::UpstreamTls;
 use idempotency_core::proxy::humane_duration;
 use idempotency_core::proxy::WebhookSigner;
 use idempotency_core::Secret;
-use idempotency_outbox::{destination, redacted, OnDead, OutboxConfig, OutboxName, TableName};
+use idempotency_outbox::{
+    channel_name, destination, redacted, OnDead, OutboxConfig, OutboxName, TableName,
+};
 use idempotency_postgres::DatabaseUrl;
 use keys::{OnDeadChoice, OutboxTable};
 
@@ -98,7 +102,7 @@ fn outbox(
         "notify_channel",
         &table.notify_channel,
         &mut relay.notify_channel,
-        |c| channel(c).map(Some),
+        |c| channel_name(c).map(Some),
     )?;
     durations(src, table, &mut relay)?;
     counts(src, table, &mut relay)?;
@@ -114,6 +118,7 @@ fn outbox(
         relay,
         database,
         upstream_tls,
+        connection: connection(src, table)?,
     })
 }
 
@@ -218,6 +223,41 @@ fn counts(src: &Source, table: &OutboxTable, relay: &mut OutboxConfig) -> Result
     )
 }
 
+/// `database_ca`, `pool_size` and `statement_timeout`, read as the store's keys are.
+fn connection(src: &Source, table: &OutboxTable) -> Result<OutboxConnection, ConfigError> {
+    let mut connection = OutboxConnection::default();
+    src.set(
+        "pool_size",
+        &table.pool_size,
+        &mut connection.pool_size,
+        |n| {
+            usize::try_from(*n)
+                .ok()
+                .filter(|n| (1..=1024).contains(n))
+                .ok_or_else(|| format!("{n} is not a pool size from 1 to 1024"))
+        },
+    )?;
+    src.set(
+        "statement_timeout",
+        &table.statement_timeout,
+        &mut connection.statement_timeout,
+        |d| duration(d),
+    )?;
+    src.set(
+        "database_ca",
+        &table.database_ca,
+        &mut connection.ca,
+        |ca| {
+            let config = crate::tls::database_client_config(ca)?;
+            Ok(Some(DatabaseCa {
+                reference: ca.clone(),
+                config,
+            }))
+        },
+    )?;
+    Ok(connection)
+}
+
 /// The TLS keys; the client config is built when any destination is `https://`.
 fn upstream_tls(
     src: &Source,
@@ -257,14 +297,6 @@ fn exchange(raw: &str) -> Result<String, String> {
         return Err(format!(
             "exchange {raw:?} must be at most 255 bytes, without control characters"
         ));
-    }
-    Ok(raw.to_owned())
-}
-
-/// A channel name for `LISTEN`: 1 to 63 bytes (PostgreSQL's identifier limit).
-fn channel(raw: &str) -> Result<String, String> {
-    if raw.is_empty() || raw.len() > 63 || raw.contains('\0') {
-        return Err(format!("channel {raw:?} must be 1 to 63 bytes"));
     }
     Ok(raw.to_owned())
 }
@@ -339,5 +371,12 @@ fn table(outbox: &OutboxSettings) -> OutboxTable {
         upstream_ca: tls.ca_reference().and_then(|ca| unspanned(ca.to_owned())),
         upstream_client_cert: identity.and_then(|(cert, _)| unspanned(cert.to_owned())),
         upstream_client_key: identity.and_then(|(_, key)| unspanned(key.to_owned())),
+        database_ca: outbox
+            .connection
+            .ca
+            .as_ref()
+            .and_then(|ca| unspanned(ca.reference.clone())),
+        pool_size: unspanned(i64::try_from(outbox.connection.pool_size).unwrap_or(i64::MAX)),
+        statement_timeout: humane(outbox.connection.statement_timeout),
     }
 }

@@ -260,3 +260,40 @@ amqp_exchange = "events"
         "{leaked}"
     );
 }
+
+#[test]
+fn the_connection_keys_are_read_printed_and_refused_with_their_key() {
+    let base = "[[outboxes]]\nname = \"o\"\ndatabase = \"postgres://u@h/d\"\ndeliver_to = \"http://127.0.0.1:9/\"\n";
+    let defaults = load_text(base).unwrap();
+    let connection = &defaults.outboxes[0].connection;
+    assert_eq!(
+        (connection.pool_size, connection.statement_timeout),
+        (6, Duration::from_secs(5))
+    );
+    assert!(connection.ca.is_none());
+    let printed = defaults.to_toml();
+    assert!(
+        printed.contains("pool_size = 6") && printed.contains("statement_timeout = \"5s\""),
+        "{printed}"
+    );
+
+    let set = load_text(&format!(
+        "{base}pool_size = 3\nstatement_timeout = \"750ms\"\n"
+    ))
+    .unwrap();
+    let connection = &set.outboxes[0].connection;
+    assert_eq!(
+        (connection.pool_size, connection.statement_timeout),
+        (3, Duration::from_millis(750))
+    );
+    assert_eq!(load_text(&set.to_toml()).unwrap().to_toml(), set.to_toml());
+
+    for (line, key) in [
+        ("pool_size = 0\n", "pool_size"),
+        ("statement_timeout = \"soon\"\n", "statement_timeout"),
+        ("database_ca = \"file:/no/such/ca.pem\"\n", "database_ca"),
+    ] {
+        let refused = refusal(&format!("{base}{line}"));
+        assert!(refused.contains(&format!("key \"{key}\"")), "{refused}");
+    }
+}

@@ -108,7 +108,11 @@ pub(crate) fn router(
         .route("/inbox/{route}/dead/{id}", delete(inbox::remove))
         .route("/inbox/{route}/dead/{id}/retry", post(inbox::retry))
         .route("/outbox/{name}", get(outbox::counts))
-        .route("/outbox/{name}/dead", get(outbox::dead))
+        .route(
+            "/outbox/{name}/dead",
+            get(outbox::dead).delete(outbox::remove_matching),
+        )
+        .route("/outbox/{name}/dead/retry", post(outbox::retry_matching))
         .route("/outbox/{name}/dead/{id}", delete(outbox::remove))
         .route("/outbox/{name}/dead/{id}/retry", post(outbox::retry))
         .route("/consumers/{name}", get(consumer::counts))

@@ -1,7 +1,10 @@
 //! An outbox's table for operators (docs/reference.md#outbox-relays): `GET /outbox/{name}`
 //! counts it, `GET /outbox/{name}/dead` lists the dead rows in `seq` order (paged by `?limit=`
 //! and `?after=<id>`), `POST /outbox/{name}/dead/{id}/retry` makes one pending again with a
-//! fresh attempt budget, and `DELETE /outbox/{name}/dead/{id}` deletes one. A dead row is shown
+//! fresh attempt budget, and `DELETE /outbox/{name}/dead/{id}` deletes one;
+//! `POST /outbox/{name}/dead/retry` and `DELETE /outbox/{name}/dead` do the same to the dead
+//! rows matching `?topic=`, `?aggregate_id=` and `?before=` (RFC 3339, on `created_at`), at
+//! most `?limit=` (default 1000, at most 10000) oldest first, and answer how many. A dead row is shown
 //! by what went wrong with it, never by its payload or headers. Errors are problem+json, as
 //! every admin error: `404 no-outbox` for a name no outbox has, `404 no-delivery` for an id
 //! that names no dead row, `400 bad-request` for a bad query, and `503 outbox-unavailable`
@@ -15,7 +18,12 @@ use serde_json::json;
 use super::dead::{done, rfc3339, Page};
 use super::AdminState;
 use idempotency_core::Problem;
-use idempotency_outbox::{DeadRow, EventId, Outbox, OutboxCounts, OutboxError};
+use idempotency_outbox::{DeadFilter, DeadRow, EventId, Outbox, OutboxCounts, OutboxError};
+use percent_encoding::percent_decode_str;
+
+/// Rows a bulk call takes unless `?limit=` says fewer, and the most it may say.
+const BULK_DEFAULT: u32 = 1000;
+const BULK_MAX: u32 = 10_000;
 
 /// The outbox named `name` in the config.
 fn outbox(state: &AdminState, name: &str) -> Result<Outbox, Problem> {
@@ -97,4 +105,71 @@ pub(super) async fn remove(
     let answer = done(deleted.map_err(|e| unavailable(&outbox, &e))?)?;
     tracing::info!(outbox = %outbox.name(), id = %id, "dead outbox row deleted by an operator");
     Ok(answer)
+}
+
+/// Reads a bulk call's filters; an unknown parameter or a bad value is `400 bad-request`.
+fn filter(query: Option<&str>) -> Result<DeadFilter, Problem> {
+    let mut filter = DeadFilter {
+        limit: BULK_DEFAULT,
+        ..DeadFilter::default()
+    };
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode_str(value)
+            .decode_utf8()
+            .map_err(|_| Problem::BadRequest("query values must be UTF-8"))?
+            .into_owned();
+        match name {
+            "topic" => filter.topic = Some(value),
+            "aggregate_id" => filter.aggregate_id = Some(value),
+            "before" => {
+                let before = humantime::parse_rfc3339_weak(&value)
+                    .map_err(|_| Problem::BadRequest("before must be an RFC 3339 time"))?;
+                filter.before = Some(before);
+            }
+            "limit" => {
+                filter.limit = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=BULK_MAX).contains(n))
+                    .ok_or(Problem::BadRequest("limit must be 1 to 10000"))?;
+            }
+            _ => {
+                return Err(Problem::BadRequest(
+                    "the filters are topic, aggregate_id, before and limit",
+                ))
+            }
+        }
+    }
+    Ok(filter)
+}
+
+pub(super) async fn retry_matching(
+    State(state): State<AdminState>,
+    Path(name): Path<String>,
+    uri: Uri,
+) -> Result<Json<serde_json::Value>, Problem> {
+    let outbox = outbox(&state, &name)?;
+    let filter = filter(uri.query())?;
+    let retried = outbox.retry_dead_matching(&filter).await;
+    let retried = retried.map_err(|e| unavailable(&outbox, &e))?;
+    tracing::info!(outbox = %outbox.name(), rows = retried, ?filter, "dead outbox rows retried by an operator");
+    Ok(Json(json!({ "retried": retried })))
+}
+
+pub(super) async fn remove_matching(
+    State(state): State<AdminState>,
+    Path(name): Path<String>,
+    uri: Uri,
+) -> Result<Json<serde_json::Value>, Problem> {
+    let outbox = outbox(&state, &name)?;
+    let filter = filter(uri.query())?;
+    let deleted = outbox.delete_dead_matching(&filter).await;
+    let deleted = deleted.map_err(|e| unavailable(&outbox, &e))?;
+    tracing::info!(outbox = %outbox.name(), rows = deleted, ?filter, "dead outbox rows deleted by an operator");
+    Ok(Json(json!({ "deleted": deleted })))
 }

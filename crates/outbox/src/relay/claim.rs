@@ -34,19 +34,21 @@ pub(super) async fn run(
         return;
     };
     let config = shared.outbox.config();
-    let claim_sql = sql::claim(&config.table, layout.payload, config.on_dead);
+    let claim_sql = sql::claim(&config.table, layout.payload);
     let mut backlog = false;
     while !is_stopped(&stop) {
         let free = shared.permits.available_permits().min(CLAIM_BATCH);
         if free > 0 {
-            let rows = match claim(&shared, &claim_sql, free).await {
+            let started = Instant::now();
+            let rows = match shared.outbox.within(claim(&shared, &claim_sql, free)).await {
                 Ok(rows) => rows,
                 Err(e) => {
-                    shared.health.unreachable(&e.to_string());
+                    shared.health.unreachable(&e);
                     pause_unless_stopped(OUTAGE_PAUSE, &mut stop).await;
                     continue;
                 }
             };
+            shared.metrics.claimed(started.elapsed());
             shared.health.ready();
             if is_stopped(&stop) {
                 return release(&shared, &rows).await;
@@ -151,7 +153,7 @@ async fn release(shared: &Shared, rows: &[ClaimedRow]) {
         client.execute(&shared.sql.release, &params).await?;
         Ok::<_, OutboxError>(())
     };
-    if let Err(e) = released.await {
+    if let Err(e) = shared.outbox.within(released).await {
         tracing::warn!(outbox = %shared.outbox.name(), error = %e, rows = rows.len(), "outbox: claimed rows could not be given back; they are attempted after their lease");
     }
 }
@@ -160,7 +162,7 @@ async fn release(shared: &Shared, rows: &[ClaimedRow]) {
 /// `TABLE_PAUSE` while it is refused. `None` if the relay stops first.
 async fn usable_table(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Option<TableLayout> {
     loop {
-        let pause = match shared.outbox.check_table().await {
+        let pause = match shared.outbox.prepare_table().await {
             Ok(layout) => {
                 if !layout.ordered {
                     tracing::warn!(outbox = %shared.outbox.name(), table = %shared.outbox.config().table, "outbox: the table has no order trigger: two transactions of one aggregate that commit out of seq order may be delivered out of order (outbox-schema prints the trigger)");
@@ -172,7 +174,7 @@ async fn usable_table(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Opti
                 TABLE_PAUSE
             }
             Err(e) => {
-                shared.health.unreachable(&e.to_string());
+                shared.health.unreachable(&e);
                 OUTAGE_PAUSE
             }
         };

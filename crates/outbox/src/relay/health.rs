@@ -4,6 +4,7 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::names::OutboxName;
+use crate::OutboxError;
 
 /// A relay's state, as `/readyz` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,13 +61,13 @@ impl HealthState {
         }
     }
 
-    pub(crate) fn unreachable(&self, why: &str) {
+    pub(crate) fn unreachable(&self, error: &OutboxError) {
         let mut state = self.lock();
         if !matches!(*state, Health::Unreachable(_)) {
-            tracing::warn!(outbox = %self.outbox, error = why, "outbox: the database does not answer; the relay is paused until it does");
+            tracing::warn!(outbox = %self.outbox, failure = %error.failure(), sqlstate = error.sqlstate().map(idempotency_postgres::tokio_postgres::error::SqlState::code), error = %error, "outbox: the database does not answer; the relay is paused until it does");
         }
         if *state != Health::Stopped {
-            *state = Health::Unreachable(why.to_owned());
+            *state = Health::Unreachable(error.to_string());
         }
     }
 

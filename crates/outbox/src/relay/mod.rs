@@ -10,7 +10,8 @@
 //! - the marker (`marks.rs`) writes the outcomes of every attempt that ended meanwhile in one
 //!   statement, fenced by the claim, and keeps trying through a database outage;
 //! - the listener (`listen.rs`) holds the `LISTEN` connection and wakes the claim loop;
-//! - the purge (`purge.rs`) deletes delivered rows older than `keep_delivered`, in batches.
+//! - the purge (`purge.rs`) deletes delivered rows older than `keep_delivered`, in batches;
+//! - `turns.rs` passes an aggregate's turn to its next row once a row releases it.
 
 mod attempt;
 mod claim;
@@ -18,6 +19,7 @@ mod health;
 mod listen;
 mod marks;
 mod purge;
+mod turns;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,7 +90,7 @@ impl Relay {
             health: HealthState::new(config.name.clone()),
             attempts: TaskTracker::new(),
             metrics: OutboxMetrics::new(&config.name),
-            sql: RelaySql::new(&config.table),
+            sql: RelaySql::new(&config.table, config.on_dead),
             outbox,
             destinations,
         });

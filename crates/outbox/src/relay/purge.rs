@@ -1,13 +1,14 @@
 //! `keep_delivered`: delivered rows older than it are deleted, a batch at a time (each batch
 //! its own short statement, skipping rows another relay is deleting), so a large backlog of
-//! old rows never holds a long lock. Dead rows are never deleted here.
+//! old rows never holds a long lock. Dead rows are never deleted here. The same task sweeps up
+//! turns a crash left unpassed (`turns.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::{is_stopped, pause_unless_stopped, Shared};
+use super::{is_stopped, pause_unless_stopped, turns, Shared};
 use crate::OutboxError;
 
 /// How often delivered rows are looked for, at most: a shorter `keep_delivered` is looked for
@@ -24,7 +25,11 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         .keep_delivered
         .clamp(PURGE_MIN, PURGE_EVERY);
     while pause_unless_stopped(every, &mut stop).await {
-        if let Err(e) = purge(&shared, &stop).await {
+        let swept = shared.outbox.within(turns::sweep(&shared)).await;
+        if let Ok(passed @ 1..) = swept {
+            tracing::info!(outbox = %shared.outbox.name(), rows = passed, "outbox: rows left waiting behind released aggregates may be attempted again");
+        }
+        if let Err(e) = shared.outbox.within(purge(&shared, &stop)).await {
             // A database outage is the claim loop's to report.
             tracing::debug!(outbox = %shared.outbox.name(), error = %e, "outbox: deleting delivered rows failed");
         }
