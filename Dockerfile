@@ -2,8 +2,9 @@
 #   docker build -t idempotency-proxy .
 #   docker run -p 8080:8080 -v idem-data:/data idempotency-proxy --upstream http://host.docker.internal:9000
 #
-# Or around binaries built beforehand (on Debian 12 or a system with an older glibc), as CI
-# builds it: the build context is then a folder holding them, and no Rust toolchain is pulled.
+# Or around binaries built beforehand (on Debian 12 or a system with an older glibc), as the
+# container test builds it from its own test build's binaries: the build context is then a
+# folder holding them, and no Rust toolchain is pulled.
 #   cargo build --release --bin idempotency-proxy
 #   mkdir -p target/image && cp target/release/idempotency-proxy target/image/
 #   docker build --build-arg BINARIES=prebuilt -t idempotency-proxy -f Dockerfile target/image

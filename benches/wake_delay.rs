@@ -5,8 +5,17 @@
 //!
 //! `cargo bench --bench wake_delay`
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+/// The integration tests' in-process proxy and upstream, of which this uses a part.
+#[path = "../tests/it/common"]
+mod common {
+    pub(crate) use idempotency_test_support::{client, poll, redis};
+    #[path = "proxy.rs"]
+    #[allow(dead_code)] // what only the tests use
+    pub(crate) mod proxy;
+    #[path = "upstream.rs"]
+    #[allow(dead_code)] // what only the tests use
+    pub(crate) mod upstream;
+}
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,5 @@
-//! The image, as a user runs it: built with podman from the Dockerfile around this tree's
-//! release binaries, started with a volume for the file store and a published port, in front
+//! The image, as a user runs it: built with podman from the Dockerfile around the binaries of
+//! this test build (`BINARIES=prebuilt`), started with a volume for the file store and a published port, in front
 //! of the demo upstream's image on a network of its own. A keyed request and its replay go
 //! through it, the replay survives `podman restart` and a new container on the same volume, the
 //! proxy runs as an unprivileged user, `podman healthcheck run` passes, and `podman stop` lets
@@ -8,16 +8,19 @@
 //!
 //! Without podman or the base images the tests say SKIPPED and pass, unless `REQUIRE_PODMAN=1`
 //! (as `.ci/test` sets it; `.ci/setup` installs podman and makes the base images).
+//!
+//! A binary of its own, outside `tests/it/`: it takes minutes, runs containers that outlive any
+//! one test, and needs podman and the base images; `cargo test --test it` runs everything else
+//! without it, and `cargo test --test container` runs it alone.
 
-mod common;
 #[path = "container/podman.rs"]
 mod podman;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::client::{Answer, TestClient};
-use common::poll;
+use idempotency_test_support::client::{Answer, TestClient};
+use idempotency_test_support::poll;
 use podman::{Images, Made};
 
 const BODY: &str = "{\"amount\":100}";

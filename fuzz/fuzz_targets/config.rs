@@ -1,6 +1,6 @@
 #![no_main]
 
-#[path = "../../tests/fuzz/config.rs"]
+#[path = "../../tests/it/fuzz/config.rs"]
 mod check;
 
 use libfuzzer_sys::fuzz_target;

@@ -1,5 +1,5 @@
 //! Every metric the proxy exports, in one table: it describes them to the recorder, and the
-//! dashboards and alerts under `deploy/` are checked against it (`tests/deploy.rs`), so a
+//! dashboards and alerts under `deploy/` are checked against it (`tests/it/deploy.rs`), so a
 //! renamed or forgotten metric fails a test instead of leaving a panel empty.
 
 use crate::operator::telemetry::CONFIG_RELOADS_TOTAL;

@@ -1,11 +1,12 @@
 //! podman for the container tests: the images, built once per test binary from the Dockerfile
-//! around this tree's release binaries; podman and podman-compose run with the repository's
+//! around the binaries this test build already has (not a release build of their own: the
+//! image's stages after the binaries are what is tested, and the release profile's fat LTO
+//! would double the suite's compile time); podman and podman-compose run with the repository's
 //! settings (`tests/container/containers.conf`); and what a test makes (containers, networks,
 //! volumes), removed when it is done with them.
 //!
 //! Without podman, or without the base images (`.ci/container-images` makes them), the tests
 //! say SKIPPED and pass, unless `REQUIRE_PODMAN=1` (as `.ci/test` sets it).
-#![allow(unreachable_pub)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -16,11 +17,11 @@ use std::sync::OnceLock;
 const BASE_IMAGES: [&str; 2] = ["debian:bookworm-slim", "redis:7"];
 
 /// The images of this tree, as the tests tag them.
-pub struct Images {
+pub(crate) struct Images {
     /// The proxy: the Dockerfile's default target.
-    pub proxy: String,
+    pub(crate) proxy: String,
     /// docker-compose.yml's demo service: the target `demo-upstream`.
-    pub demo_upstream: String,
+    pub(crate) demo_upstream: String,
 }
 
 fn repo() -> &'static Path {
@@ -29,7 +30,7 @@ fn repo() -> &'static Path {
 
 /// `program` (podman or podman-compose) with the repository's podman settings, unless
 /// `CONTAINERS_CONF` names others.
-pub fn command(program: &str) -> Command {
+pub(crate) fn command(program: &str) -> Command {
     let mut command = Command::new(program);
     if std::env::var_os("CONTAINERS_CONF").is_none() {
         command.env(
@@ -41,12 +42,12 @@ pub fn command(program: &str) -> Command {
 }
 
 /// Runs podman with `args`.
-pub fn run(args: &[&str]) -> Output {
+pub(crate) fn run(args: &[&str]) -> Output {
     command("podman").args(args).output().expect("podman runs")
 }
 
 /// Runs podman with `args`, which must succeed; its output, trimmed.
-pub fn ok(args: &[&str]) -> String {
+pub(crate) fn ok(args: &[&str]) -> String {
     let output = run(args);
     assert!(
         output.status.success(),
@@ -58,7 +59,7 @@ pub fn ok(args: &[&str]) -> String {
 
 /// The images, built on the first call; `None` (after saying SKIPPED) where podman or the base
 /// images are missing and `REQUIRE_PODMAN=1` is not set.
-pub fn images() -> Option<&'static Images> {
+pub(crate) fn images() -> Option<&'static Images> {
     static IMAGES: OnceLock<Option<Images>> = OnceLock::new();
     IMAGES
         .get_or_init(|| missing().map_or_else(|| Some(build_images()), |why| skip(&why)))
@@ -66,7 +67,7 @@ pub fn images() -> Option<&'static Images> {
 }
 
 /// Whether podman-compose is here too; says SKIPPED when not, as [`images`] does.
-pub fn compose_available() -> bool {
+pub(crate) fn compose_available() -> bool {
     let found = Command::new("podman-compose")
         .arg("--version")
         .output()
@@ -118,9 +119,9 @@ fn build_images() -> Images {
     let context =
         std::env::temp_dir().join(format!("idempotency-proxy-image-{}", std::process::id()));
     std::fs::create_dir_all(&context).unwrap();
-    for (kind, name) in [("--bin", "idempotency-proxy"), ("--example", "upstream")] {
-        std::fs::copy(release_binary(kind, name), context.join(name)).unwrap();
-    }
+    let proxy = PathBuf::from(env!("CARGO_BIN_EXE_idempotency-proxy"));
+    std::fs::copy(proxy, context.join("idempotency-proxy")).unwrap();
+    std::fs::copy(demo_upstream_binary(), context.join("upstream")).unwrap();
     let [proxy, demo_upstream] =
         REPOSITORIES.map(|repository| format!("{repository}:{}", test_tag()));
     let images = Images {
@@ -194,15 +195,14 @@ fn build(context: &Path, tag: &str, target: Option<&str>) -> Vec<String> {
         .collect()
 }
 
-/// Builds one release target of this tree (`--bin NAME` or `--example NAME`), each alone so
-/// that the proxy is built as `cargo build --release` builds it (an example brings the test
-/// dependencies' features along); its path.
-fn release_binary(kind: &str, name: &str) -> PathBuf {
+/// The demo upstream (`--example upstream`) of this test build's profile, built if `cargo test`
+/// has not built it already (`cargo test --test container` builds no example); its path.
+fn demo_upstream_binary() -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_owned());
     let mut build = Command::new(cargo);
     // The variables cargo set for this test, which a shell's cargo does not have: build scripts
     // that watch one (ring's watch CARGO_PKG_NAME) would run again, and the build after this one
-    // (the fault campaign's `cargo build --release`) would compile their crates a second time.
+    // would compile their crates a second time.
     for (variable, _) in std::env::vars_os() {
         let variable = variable.to_string_lossy();
         let per_package = [
@@ -224,32 +224,32 @@ fn release_binary(kind: &str, name: &str) -> PathBuf {
         }
     }
     let output = build
-        .args(["build", "--release", "--message-format=json", kind, name])
+        .args(["build", "--message-format=json", "--example", "upstream"])
         .current_dir(repo())
         .stderr(std::process::Stdio::inherit())
         .output()
         .expect("cargo runs");
     assert!(
         output.status.success(),
-        "cargo build --release {kind} {name} failed"
+        "cargo build --example upstream failed"
     );
     String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|message| message["target"]["name"] == name)
+        .filter(|message| message["target"]["name"] == "upstream")
         .find_map(|message| message["executable"].as_str().map(PathBuf::from))
-        .unwrap_or_else(|| panic!("cargo named no executable for {kind} {name}"))
+        .expect("cargo names the example's executable")
 }
 
 /// A name for something a test makes, unique to this process.
-pub fn name(what: &str) -> String {
+pub(crate) fn name(what: &str) -> String {
     format!("idempotency-test-{what}-{}", std::process::id())
 }
 
 /// What a test made with podman, removed when dropped: containers (with their anonymous
 /// volumes) first, then networks and volumes.
 #[derive(Default)]
-pub struct Made {
+pub(crate) struct Made {
     containers: Vec<String>,
     networks: Vec<String>,
     volumes: Vec<String>,
@@ -257,7 +257,7 @@ pub struct Made {
 
 impl Made {
     /// A new network, named after `what`.
-    pub fn network(&mut self, what: &str) -> String {
+    pub(crate) fn network(&mut self, what: &str) -> String {
         let name = name(what);
         ok(&["network", "create", &name]);
         self.networks.push(name.clone());
@@ -265,7 +265,7 @@ impl Made {
     }
 
     /// A new volume, named after `what`.
-    pub fn volume(&mut self, what: &str) -> String {
+    pub(crate) fn volume(&mut self, what: &str) -> String {
         let name = name(what);
         ok(&["volume", "create", &name]);
         self.volumes.push(name.clone());
@@ -274,7 +274,7 @@ impl Made {
 
     /// Starts a container (`podman run --detach`) named after `what`, with `args` (options,
     /// the image, then its arguments); its name.
-    pub fn container(&mut self, what: &str, args: &[&str]) -> String {
+    pub(crate) fn container(&mut self, what: &str, args: &[&str]) -> String {
         let name = name(what);
         self.containers.push(name.clone());
         let mut run = vec!["run", "--detach", "--pull=never", "--name", &name];

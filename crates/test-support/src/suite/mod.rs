@@ -3,7 +3,7 @@
 //! [`store_suite!`](crate::store_suite) turns each case below into a test per backend, so a
 //! backend that behaves differently from the others fails by name; [`inbox_suite!`](crate::inbox_suite)
 //! does the same with the inbox cases (`inbox.rs`). Each store crate runs them over its own
-//! backends in its `tests/suite.rs`: the memory store and the decorators in the core, the file
+//! backends in its `tests/it/suite.rs`: the memory store and the decorators in the core, the file
 //! store, and Redis (one server, by script, sharded, sealed, and a private cluster) in theirs.
 
 // Each case's name says what it checks, and the cases are only ever called by the macros.
