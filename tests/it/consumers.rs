@@ -4,7 +4,7 @@
 //! while the broker answers, SIGTERM stops it with exit 0; a table that misses a key it needs is
 //! refused with its line, and `--check` shows a broker URL's password as `***`.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;
