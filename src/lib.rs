@@ -10,12 +10,13 @@
 //! `idempotency-core` (and a store crate), not on this one.
 //!
 //! The folders are its layers (ARCHITECTURE.md): `config` and `store` at the bottom, the
-//! network path (`net`) and the operator surface (`operator`) over them, inbox delivery and
-//! outbox relays beside them, `proxy` assembling one running proxy, `process` running it.
+//! network path (`net`) and the operator surface (`operator`) over them, inbox delivery, outbox
+//! relays and broker consumers beside them, `proxy` assembling one running proxy, `process` running it.
 #![forbid(unsafe_code)]
 
 mod cli;
 pub mod config;
+mod consumer;
 pub mod inbox;
 mod net;
 mod operator;

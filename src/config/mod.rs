@@ -7,11 +7,12 @@
 //! Each subject owns its keys as written, their resolution into settings, their printing for
 //! `--check` and what a reload may not change of them: `file/` the file as a whole and its
 //! top-level keys (and assembling the rest), `routes/` the `[defaults]` and `[[routes]]`
-//! tables (with the inbox keys), `outbox/` the `[[outboxes]]` tables, `tls.rs`, `limits.rs`,
+//! tables (with the inbox keys), `outbox/` the `[[outboxes]]` tables, `consumer/` the `[[consumers]]` tables, `tls.rs`, `limits.rs`,
 //! `store_keys.rs` and `crypto.rs` theirs. `common/` is what they share: the text and its
 //! positions, the one-line error, single values and their units, and where a value was given.
 
 mod common;
+mod consumer;
 mod crypto;
 mod file;
 mod limits;
@@ -32,7 +33,8 @@ pub use crate::tls::{ListenerTls, UpstreamTls};
 pub use common::error::ConfigError;
 pub use file::print::config_digest;
 pub use settings::{
-    Limits, LogFormat, OutboxSettings, Overrides, RouteSettings, Settings, DEFAULT_LISTEN,
+    BrokerSource, ConsumerConfig, Limits, LogFormat, OutboxSettings, Overrides, RouteSettings,
+    Settings, DEFAULT_LISTEN,
 };
 
 /// Reads the config file the overrides name (if any) and merges the overrides over it.

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::consumer::{BrokerSource, ConsumerConfig};
 use crate::inbox::policy::DeliveryPolicy;
 pub use crate::operator::logging::LogFormat;
 pub use crate::outbox::OutboxSettings;
@@ -75,6 +76,8 @@ pub struct Settings {
     pub routes: Vec<RouteSettings>,
     /// The outbox relays (`[[outboxes]]`), in file order.
     pub outboxes: Vec<OutboxSettings>,
+    /// The broker consumers (`[[consumers]]`), in file order.
+    pub consumers: Vec<ConsumerConfig>,
 }
 
 /// One route: which requests it takes, where they go, and the policy applied to them.

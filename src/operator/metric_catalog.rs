@@ -3,6 +3,7 @@
 //! renamed or forgotten metric fails a test instead of leaving a panel empty.
 
 use crate::operator::telemetry::CONFIG_RELOADS_TOTAL;
+use idempotency_consumer as consumer;
 use idempotency_core::proxy::{
     FAIL_OPEN_TOTAL, IN_FLIGHT, REQUESTS_TOTAL, STORE_SECONDS, STORE_UNAVAILABLE_TOTAL,
     UPSTREAM_SECONDS,
@@ -166,6 +167,30 @@ pub const METRICS: &[Metric] = &[
         MetricKind::Gauge,
         &["outbox"],
         "1 while the outbox relay's LISTEN connection is up, 0 while it only polls",
+    ),
+    metric(
+        consumer::MESSAGES_TOTAL,
+        MetricKind::Counter,
+        &["consumer", "result"],
+        "Broker messages settled by a consumer, by result: delivered, duplicate, retried, dead",
+    ),
+    metric(
+        consumer::IN_FLIGHT,
+        MetricKind::Gauge,
+        &["consumer"],
+        "Broker messages a consumer is working on",
+    ),
+    metric(
+        consumer::LAG,
+        MetricKind::Gauge,
+        &["consumer"],
+        "Messages not yet acknowledged, as the consumer's broker counts them",
+    ),
+    metric(
+        consumer::DELIVERY_SECONDS,
+        MetricKind::Histogram,
+        &["consumer"],
+        "A consumer's requests to its upstream through the idempotency layer",
     ),
     metric(
         CONFIG_RELOADS_TOTAL,

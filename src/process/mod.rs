@@ -80,7 +80,11 @@ async fn serve_on_workers(settings: Settings, overrides: Overrides) -> Result<()
             let _ = tokio::task::spawn_blocking(move || worker.join()).await;
         }
     };
-    tokio::join!(proxy.drain_outboxes(drain_timeout), workers);
+    tokio::join!(
+        proxy.drain_outboxes(drain_timeout),
+        proxy.drain_consumers(),
+        workers
+    );
     drop(admin);
     hangups.abort();
     tracing::info!("stopped");

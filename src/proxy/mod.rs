@@ -22,6 +22,7 @@ use tokio::net::TcpListener;
 
 use crate::config::config_digest;
 use crate::config::{ConfigError, Overrides, Settings};
+use crate::consumer::Consumers;
 use crate::inbox::{QueueStats, RouteInbox};
 use crate::net::server::{self, LiveApp};
 use crate::operator::admin::{self, AdminView, Reload};
@@ -87,6 +88,8 @@ struct Inner {
     status: Arc<Status>,
     /// The outbox relays, which a reload may not change.
     outboxes: Arc<Outboxes>,
+    /// The broker consumers, which a reload leaves as they were started.
+    consumers: Arc<Consumers>,
 }
 
 impl Proxy {
@@ -110,6 +113,7 @@ impl Proxy {
             status,
             kept,
             outboxes: Arc::default(),
+            consumers: Arc::default(),
         };
         Self {
             inner: Arc::new(inner),
@@ -122,7 +126,7 @@ impl Proxy {
         let outboxes = outbox::check(&settings.outboxes)
             .await
             .map_err(StartError::OutboxTable)?;
-        let store: Arc<dyn Store> = if settings.routes.is_empty() {
+        let store: Arc<dyn Store> = if settings.routes.is_empty() && settings.consumers.is_empty() {
             Arc::new(MemoryStore::new())
         } else {
             store::open_with(&settings.store, &settings.postgres)
@@ -132,7 +136,28 @@ impl Proxy {
         servable(settings, &*store).map_err(|e| StartError::Inbox(e.to_string()))?;
         let proxy = Self::with_store(settings, store);
         proxy.start_checked_outboxes(outboxes);
+        proxy.start_consumers(settings);
         Ok(proxy)
+    }
+
+    /// Starts the broker consumers (docs/reference.md#consumers) over the proxy's store, its
+    /// records sealed when the settings name an encryption key; [`open`](Self::open) does this
+    /// itself.
+    pub fn start_consumers(&self, settings: &Settings) {
+        let kept = &self.inner.kept;
+        let store: Arc<dyn Store> = match &settings.encryption {
+            Some(keys) => Arc::new(store::SealedStore::new(kept.store.clone(), keys.clone())),
+            None => kept.store.clone(),
+        };
+        self.inner
+            .consumers
+            .start(&settings.consumers, &store, &self.inner.status);
+    }
+
+    /// Drains the broker consumers: nothing more is fetched, what is in flight finishes within
+    /// `drain_timeout`, the rest is handed back to the broker.
+    pub async fn drain_consumers(&self) {
+        self.inner.consumers.drain().await;
     }
 
     /// Checks each outbox's table and starts its relay (docs/reference.md#outbox-relays), for a
@@ -200,12 +225,13 @@ impl Proxy {
     pub fn admin(&self) -> axum::Router {
         let status = self.inner.status.clone();
         let outboxes = self.inner.outboxes.clone();
+        let consumers = self.inner.consumers.clone();
         let scraped = self.inner.kept.scraped.clone();
         admin::router(
             self.inner.admin.clone(),
             Arc::new(self.clone()),
             status,
-            outboxes,
+            (outboxes, consumers),
             scraped,
         )
     }

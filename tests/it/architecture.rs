@@ -32,9 +32,16 @@ const LAYERS: &[&[&str]] = &[
     // The upstream client; the status page's view of routes and inboxes; gauges read when
     // scraped.
     &["net::upstream", "operator::status", "operator::scraped"],
-    // What each request reports; the inbox delivery workers and the outbox relays; the router
+    // What each request reports; the inbox delivery workers, the outbox relays and the broker
+    // consumers; the router
     // over routes.
-    &["operator::telemetry", "inbox", "outbox", "net::router"],
+    &[
+        "operator::telemetry",
+        "inbox",
+        "outbox",
+        "consumer",
+        "net::router",
+    ],
     // The config (which reads inbox delivery and outbox settings); the metric catalog.
     &["config", "operator::metric_catalog"],
     // The listener and connections; the admin endpoints.

@@ -12,6 +12,7 @@ mod admin;
 mod architecture;
 mod cli;
 mod connection_cap;
+mod consumers;
 mod crash;
 mod deploy;
 mod docs;

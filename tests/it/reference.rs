@@ -124,9 +124,16 @@ fn named_keys() -> BTreeMap<&'static str, BTreeSet<String>> {
     let header = ["key", "in", "type", "default", "reload", "meaning"];
     let mut keys: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     for row in tables(&header).into_iter().flat_map(|table| table.rows) {
-        let placed = ["top level", "defaults", "route", "verify table", "outbox"]
-            .into_iter()
-            .filter(|place| row[1].split(", ").any(|written| written == *place));
+        let placed = [
+            "top level",
+            "defaults",
+            "route",
+            "verify table",
+            "outbox",
+            "consumer",
+        ]
+        .into_iter()
+        .filter(|place| row[1].split(", ").any(|written| written == *place));
         let mut placed = placed.peekable();
         assert!(placed.peek().is_some(), "{REFERENCE}: where is {row:?}?");
         for place in placed {
@@ -149,6 +156,7 @@ fn every_config_key_the_loader_accepts_is_in_the_reference_and_no_other() {
             "[defaults.verify]\nscheme = \"github\"\nsecret = \"env:HOME\"",
         ),
         ("outbox", "outbox.toml", "[[outboxes]]"),
+        ("consumer", "consumer.toml", "[[consumers]]"),
     ];
     for (place, probe, table) in probes {
         let accepted = accepted_keys(probe, table);
@@ -183,7 +191,7 @@ fn the_defaults_the_reference_gives_are_what_check_prints() {
     // One inbox route, so that the inbox keys are printed too; the route `default` has nothing
     // set but its upstream, so every policy key it prints is a default. One outbox with only
     // what it needs, for the outbox keys.
-    let text = "upstream = \"http://127.0.0.1:9\"\n[[routes]]\nname = \"probe\"\npath_prefix = \"/probe\"\nupstream = \"http://127.0.0.1:9\"\nmode = \"inbox\"\n[[outboxes]]\nname = \"probe\"\ndatabase = \"postgres://u@h/d\"\ndeliver_to = \"http://127.0.0.1:9/\"\n";
+    let text = "upstream = \"http://127.0.0.1:9\"\n[[routes]]\nname = \"probe\"\npath_prefix = \"/probe\"\nupstream = \"http://127.0.0.1:9\"\nmode = \"inbox\"\n[[outboxes]]\nname = \"probe\"\ndatabase = \"postgres://u@h/d\"\ndeliver_to = \"http://127.0.0.1:9/\"\n[[consumers]]\nname = \"probe\"\nsource = \"nats://127.0.0.1:9\"\nstream = \"S\"\nupstream = \"http://127.0.0.1:9\"\npath = \"/events\"\n";
     let output = run(&[
         "--config",
         &config_file("defaults-printed.toml", text),
@@ -198,6 +206,7 @@ fn the_defaults_the_reference_gives_are_what_check_prints() {
     };
     let (default_route, inbox_route) = (route("default"), route("probe"));
     let outbox = printed["outboxes"][0].as_table().unwrap().clone();
+    let consumer = printed["consumers"][0].as_table().unwrap().clone();
     let header = ["key", "in", "type", "default", "reload", "meaning"];
     let mut compared = 0;
     for row in tables(&header).into_iter().flat_map(|table| table.rows) {
@@ -214,6 +223,8 @@ fn the_defaults_the_reference_gives_are_what_check_prints() {
             printed.get(&key)
         } else if row[1] == "outbox" {
             outbox.get(&key)
+        } else if row[1] == "consumer" {
+            consumer.get(&key)
         } else {
             default_route.get(&key).or(inbox_route.get(&key))
         };

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// The library crates a service may depend on, by package name.
-const LIBRARIES: [&str; 7] = [
+const LIBRARIES: [&str; 8] = [
     "idempotency-core",
     "idempotency-delivery",
     "idempotency-redis-store",
@@ -16,6 +16,7 @@ const LIBRARIES: [&str; 7] = [
     "idempotency-postgres",
     "idempotency-postgres-store",
     "idempotency-outbox",
+    "idempotency-consumer",
 ];
 
 /// Crates the core must never pull in: store clients, TLS, the command line, the Prometheus

@@ -6,7 +6,8 @@
 //! Values that need checks serde cannot express (header names, durations, URLs) stay strings
 //! here and are wrapped in `Spanned`, so that `resolve` can name the line of a bad value. The
 //! same structs serialize back, which is how `Settings::to_toml` prints the effective config.
-//! The tables of routes and outboxes are their subjects' (`routes/keys.rs`, `outbox/keys.rs`).
+//! The tables of routes, outboxes and consumers are their subjects' (`routes/keys.rs`,
+//! `outbox/keys.rs`, `consumer/keys.rs`).
 
 pub(in crate::config) mod print;
 pub(in crate::config) mod resolve;
@@ -15,6 +16,7 @@ pub(in crate::config) mod restart;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+use crate::config::consumer::keys::ConsumerTable;
 use crate::config::outbox::keys::OutboxTable;
 use crate::config::routes::keys::{PolicyTable, RouteTable};
 use crate::config::settings::LogFormat;
@@ -73,6 +75,8 @@ pub(in crate::config) struct RawFile {
     pub routes: Vec<Spanned<RouteTable>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outboxes: Vec<Spanned<OutboxTable>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumers: Vec<Spanned<ConsumerTable>>,
 }
 
 /// Wraps a value for printing; spans only matter for values read from a file.

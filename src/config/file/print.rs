@@ -61,6 +61,7 @@ fn to_toml(settings: &Settings) -> String {
         defaults: None,
         routes: settings.routes.iter().map(route).collect(),
         outboxes: crate::config::outbox::print(&settings.outboxes),
+        consumers: crate::config::consumer::print(&settings.consumers),
         ..RawFile::default()
     };
     crate::config::limits::print(&settings.limits, &mut raw);

@@ -45,8 +45,13 @@ pub(in crate::config) fn resolve(
     let tls =
         crate::config::tls::listener(src, cli, (raw.tls_cert.as_ref(), raw.tls_key.as_ref()))?;
     let outboxes = crate::config::outbox::resolve(src, &raw.outboxes)?;
+    let mut consumers = crate::config::consumer::resolve(src, &raw.consumers)?;
+    let drain_timeout = drain_timeout(src, raw.drain_timeout.as_ref())?;
+    for consumer in &mut consumers {
+        consumer.settings.drain_timeout = drain_timeout;
+    }
     let routes = routes(src, raw.routes, &defaults, upstream)?;
-    if routes.is_empty() && outboxes.is_empty() {
+    if routes.is_empty() && outboxes.is_empty() && consumers.is_empty() {
         return Err(ConfigError::NoUpstream);
     }
     Ok(Settings {
@@ -58,7 +63,7 @@ pub(in crate::config) fn resolve(
             .log_format
             .or(raw.log_format.map(Spanned::into_inner))
             .unwrap_or_default(),
-        drain_timeout: drain_timeout(src, raw.drain_timeout.as_ref())?,
+        drain_timeout,
         workers: workers(src, raw.workers.as_ref())?,
         admin_token: raw
             .admin_token
@@ -75,6 +80,7 @@ pub(in crate::config) fn resolve(
         tls,
         routes,
         outboxes,
+        consumers,
     })
 }
 

@@ -7,6 +7,7 @@
 //! routes' policies, the token, the problem base) is the running config's, replaced by a reload.
 
 mod batching;
+mod consumer;
 mod counts;
 mod dead;
 mod histograms;
@@ -32,6 +33,7 @@ use axum::Json;
 use serde_json::json;
 
 use crate::config::ConfigError;
+use crate::consumer::Consumers;
 use crate::operator::scraped::ScrapedGauges;
 use crate::operator::status::Status;
 use crate::outbox::Outboxes;
@@ -72,6 +74,8 @@ struct AdminState {
     status: Arc<Status>,
     /// The outbox relays: whether each can do its work (`/readyz`), and their tables.
     outboxes: Arc<Outboxes>,
+    /// The broker consumers: whether each reaches its broker (`/readyz`), their counts.
+    consumers: Arc<Consumers>,
 }
 
 /// The admin routes, over the running config's `view`, with the gauges `scraped` reads for
@@ -83,7 +87,7 @@ pub(crate) fn router(
     view: Arc<ArcSwap<AdminView>>,
     reload: Arc<dyn Reload>,
     status: Arc<Status>,
-    outboxes: Arc<Outboxes>,
+    (outboxes, consumers): (Arc<Outboxes>, Arc<Consumers>),
     scraped: ScrapedGauges,
 ) -> axum::Router {
     let state = AdminState {
@@ -93,6 +97,7 @@ pub(crate) fn router(
         scraped,
         status,
         outboxes,
+        consumers,
     };
     let guarded = axum::Router::new()
         .route("/metrics", get(render_metrics))
@@ -113,6 +118,10 @@ pub(crate) fn router(
         .route("/outbox/{name}/dead/retry", post(outbox::retry_matching))
         .route("/outbox/{name}/dead/{id}", delete(outbox::remove))
         .route("/outbox/{name}/dead/{id}/retry", post(outbox::retry))
+        .route("/consumers/{name}", get(consumer::counts))
+        .route("/consumers/{name}/dead", get(consumer::dead))
+        .route("/consumers/{name}/dead/{key}", delete(consumer::remove))
+        .route("/consumers/{name}/dead/{key}/retry", post(consumer::retry))
         .route("/reload", post(reload_config))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token))
         // Around the token check, whose refusal is a problem too; the refusal says nothing
@@ -185,6 +194,7 @@ async fn readyz(State(state): State<AdminState>) -> Response {
         unready.push("store unreachable".to_owned());
     }
     unready.extend(state.outboxes.unready());
+    unready.extend(state.consumers.unready());
     if unready.is_empty() {
         (StatusCode::OK, "ready").into_response()
     } else {

@@ -1,5 +1,5 @@
 //! What the admin listener answers by itself (docs/reference.md#problems): its own problems
-//! (no record, no delivery, no outbox, a refused reload, no token), and the layer's where an
+//! (no record, no delivery, no outbox, no consumer, a refused reload, no token), and the layer's where an
 //! operator's request meets the same condition (the store down, no such route). Both are
 //! rendered by the core's problem+json renderer, under the running config's problem base.
 
@@ -26,6 +26,9 @@ pub(crate) enum AdminProblem {
     /// No outbox of that name in the running config.
     #[error("no outbox of this name is configured")]
     NoOutbox,
+    /// No broker consumer of that name in the running config.
+    #[error("no consumer of this name is configured")]
+    NoConsumer,
     /// An outbox's database could not be reached, or refused the statement.
     #[error("the outbox's database cannot be read or written right now; retry later")]
     OutboxUnavailable,
@@ -50,6 +53,8 @@ const NO_DELIVERY: ProblemMeta =
     ProblemMeta::new(StatusCode::NOT_FOUND, "no-delivery", "No such delivery");
 const NO_OUTBOX: ProblemMeta =
     ProblemMeta::new(StatusCode::NOT_FOUND, "no-outbox", "No such outbox");
+const NO_CONSUMER: ProblemMeta =
+    ProblemMeta::new(StatusCode::NOT_FOUND, "no-consumer", "No such consumer");
 const OUTBOX_UNAVAILABLE: ProblemMeta = ProblemMeta::new(
     StatusCode::SERVICE_UNAVAILABLE,
     "outbox-unavailable",
@@ -72,6 +77,7 @@ const ADMIN_TYPES: &[ProblemMeta] = &[
     RECORD_IN_FLIGHT,
     NO_DELIVERY,
     NO_OUTBOX,
+    NO_CONSUMER,
     OUTBOX_UNAVAILABLE,
     BAD_CONFIG,
     UNAUTHORIZED,
@@ -85,6 +91,7 @@ impl ProblemType for AdminProblem {
             Self::RecordInFlight => RECORD_IN_FLIGHT,
             Self::NoDelivery => NO_DELIVERY,
             Self::NoOutbox => NO_OUTBOX,
+            Self::NoConsumer => NO_CONSUMER,
             Self::OutboxUnavailable => OUTBOX_UNAVAILABLE,
             Self::BadConfig(_) => BAD_CONFIG,
             Self::Unauthorized => UNAUTHORIZED,
@@ -124,6 +131,7 @@ mod tests {
             AdminProblem::RecordInFlight,
             AdminProblem::NoDelivery,
             AdminProblem::NoOutbox,
+            AdminProblem::NoConsumer,
             AdminProblem::OutboxUnavailable,
             AdminProblem::BadConfig("x".into()),
             AdminProblem::Unauthorized,
@@ -136,6 +144,7 @@ mod tests {
                 | AdminProblem::RecordInFlight
                 | AdminProblem::NoDelivery
                 | AdminProblem::NoOutbox
+                | AdminProblem::NoConsumer
                 | AdminProblem::OutboxUnavailable
                 | AdminProblem::BadConfig(_)
                 | AdminProblem::Unauthorized => {}

@@ -1,5 +1,5 @@
 //! What the admin status page shows (docs/reference.md#status-page): the process, the store, the running
-//! config, each route's recent activity, and each outbox's table.
+//! config, each route's recent activity, each outbox's table and each consumer's counts.
 //!
 //! Requests record into their route's [`activity`](activity::RouteActivity) through the one
 //! call every request already makes (the route's `telemetry::RouteTelemetry`); the page's
@@ -21,6 +21,7 @@ use async_trait::async_trait;
 
 use crate::store::StoreError;
 use activity::RouteActivity;
+use idempotency_consumer::Stats as ConsumerStats;
 pub use idempotency_core::backend::InboxQueues;
 use idempotency_core::backend::{now_millis, RouteName};
 use idempotency_outbox::{OutboxCounts, OutboxName};
@@ -36,6 +37,7 @@ pub struct Status {
     running: Mutex<Running>,
     inboxes: Mutex<HashMap<RouteName, Arc<dyn InboxStats>>>,
     outboxes: Mutex<Vec<(OutboxName, Arc<dyn OutboxStats>)>>,
+    consumers: Mutex<Vec<Arc<ConsumerStats>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -92,6 +94,7 @@ impl Status {
             }),
             inboxes: Mutex::default(),
             outboxes: Mutex::default(),
+            consumers: Mutex::default(),
         }
     }
 
@@ -133,6 +136,23 @@ impl Status {
     /// are the process's, not a config's: a reload may not change them.
     pub(crate) fn set_outboxes(&self, outboxes: Vec<(OutboxName, Arc<dyn OutboxStats>)>) {
         *self.outboxes.lock().unwrap_or_else(PoisonError::into_inner) = outboxes;
+    }
+
+    /// The broker consumers the page shows, in the config's order: the process's, as the
+    /// outboxes are.
+    pub(crate) fn set_consumers(&self, consumers: Vec<Arc<ConsumerStats>>) {
+        *self
+            .consumers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = consumers;
+    }
+
+    fn consumers(&self) -> Vec<Arc<ConsumerStats>> {
+        let consumers = self
+            .consumers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        consumers.clone()
     }
 
     /// The digest of the config that is running.

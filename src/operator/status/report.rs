@@ -16,6 +16,7 @@ use super::decisions::{Decision, KEPT_DECISIONS};
 use super::latency::{quantile, LATENCY_WINDOW};
 use super::{InboxQueues, Reload, Status};
 use crate::store::Store;
+use idempotency_consumer::{Counts, Stats as ConsumerStats};
 use idempotency_core::backend::{now_millis, RouteName};
 use idempotency_core::observe::{Outcome, OUTCOMES};
 use idempotency_outbox::OutboxCounts;
@@ -37,6 +38,8 @@ pub(crate) struct Report {
     routes: Vec<RouteReport>,
     /// Each outbox relay's table, in the config's order.
     outboxes: Vec<OutboxReport>,
+    /// Each broker consumer's counts, in the config's order.
+    consumers: Vec<ConsumerReport>,
     decisions: Vec<DecisionReport>,
 }
 
@@ -93,6 +96,16 @@ struct OutboxReport {
     table: Counted<OutboxCounts>,
 }
 
+/// A consumer's name, its counts as `GET /consumers/{name}` gives them, and whether its broker
+/// answers (`ok` or `unreachable`).
+#[derive(Debug, Serialize)]
+struct ConsumerReport {
+    name: String,
+    broker: &'static str,
+    #[serde(flatten)]
+    counts: Counts,
+}
+
 /// A queue's counts (`"state": "ok"` beside them), or `"state": "unavailable"` when they could
 /// not be read within [`PROBE_TIMEOUT`]; why is in the log, as it may name an address.
 #[derive(Debug, Serialize)]
@@ -146,6 +159,11 @@ impl Status {
             outcomes: OUTCOMES.map(Outcome::as_str),
             routes,
             outboxes: self.outbox_reports().await,
+            consumers: self
+                .consumers()
+                .iter()
+                .map(|c| consumer_report(c))
+                .collect(),
             decisions: last_decisions(&running.routes),
         }
     }
@@ -262,4 +280,16 @@ fn last_decisions(routes: &[(RouteName, Arc<RouteActivity>)]) -> Vec<DecisionRep
         key: d.key_id().map(str::to_owned),
     };
     all.into_iter().map(report).collect()
+}
+
+fn consumer_report(stats: &ConsumerStats) -> ConsumerReport {
+    ConsumerReport {
+        name: stats.name().to_owned(),
+        broker: if stats.broker_down() {
+            "unreachable"
+        } else {
+            "ok"
+        },
+        counts: stats.counts(),
+    }
 }
