@@ -18,6 +18,7 @@ use crate::config::{self, LogFormat, Overrides};
 use crate::operator::logging;
 use crate::process;
 use crate::proxy::StartError;
+use idempotency_core::proxy::ErrorChain;
 
 /// A reverse proxy that makes unsafe HTTP requests safe to retry with `Idempotency-Key`.
 #[derive(Debug, Clone, Default, Parser)]
@@ -127,12 +128,12 @@ pub fn run() -> ExitCode {
     match process::run(settings, cli.overrides()) {
         Ok(()) => ExitCode::SUCCESS,
         // A table the relay or the store cannot use is a bad config, found at start.
-        Err(e @ (StartError::OutboxTable(_) | StartError::StoreTable(_))) => {
-            eprintln!("idempotency-proxy: {e}");
+        Err(e @ (StartError::OutboxTable(_) | StartError::StoreTable { .. })) => {
+            eprintln!("idempotency-proxy: {}", ErrorChain(&e));
             ExitCode::from(2)
         }
         Err(e) => {
-            eprintln!("idempotency-proxy: {e}");
+            eprintln!("idempotency-proxy: {}", ErrorChain(&e));
             ExitCode::FAILURE
         }
     }

@@ -28,6 +28,7 @@ mod tls;
 
 pub use cli::run as run_command_line;
 pub use config::config_digest;
+pub use operator::admin::problem_types;
 pub use operator::metric_catalog::{Metric, MetricKind, METRICS};
 pub use operator::status::activity::RouteActivity;
 pub use operator::status::{ConfigSummary, InboxQueues, InboxStats, Status};

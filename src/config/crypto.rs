@@ -5,7 +5,7 @@
 
 use toml::Spanned;
 
-use crate::config::common::error::ConfigError;
+use crate::config::common::error::{ConfigError, Reason};
 use crate::config::common::source::Source;
 use crate::config::common::values::duration;
 use crate::config::routes::keys::VerifyTable;
@@ -38,16 +38,15 @@ pub(super) fn encryption(
 }
 
 fn sealing_key(src: &Source, raw: &Spanned<String>, key: &str) -> Result<SealingKey, ConfigError> {
-    Secret::resolve(raw.get_ref())
-        .and_then(|secret| SealingKey::from_secret(&secret))
-        .map_err(|reason| src.bad(raw, key, reason))
+    let secret = Secret::resolve(raw.get_ref()).map_err(|reason| src.bad(raw, key, reason))?;
+    SealingKey::from_secret(&secret).map_err(|reason| src.bad(raw, key, reason))
 }
 
 /// Checks a `verify` table and reads its secret.
 pub(super) fn verifier(table: &VerifyTable) -> Result<Verifier, String> {
-    let secret = Secret::resolve(&table.secret)?;
+    let secret = Secret::resolve(&table.secret).map_err(Reason::into_reason)?;
     let tolerance = table.tolerance.as_deref().map(duration).transpose()?;
-    Verifier::new(table.scheme, secret, tolerance)
+    Verifier::new(table.scheme, secret, tolerance).map_err(Reason::into_reason)
 }
 
 /// A verifier in the file's vocabulary, for `--check`.

@@ -1,10 +1,11 @@
-//! When a failed delivery is tried again: the core's exponential backoff with full jitter
-//! (`idempotency_core::proxy::backoff`), between the route's `retry_initial` and `retry_max`.
+//! When a failed delivery is tried again: the exponential backoff with full jitter the outbox
+//! relay uses too (`idempotency_delivery::backoff`), between the route's `retry_initial` and
+//! `retry_max`.
 
 use std::time::Duration;
 
-pub(crate) use idempotency_core::proxy::backoff::random_sample;
-use idempotency_core::proxy::backoff::Backoff;
+pub(crate) use idempotency_delivery::backoff::random_sample;
+use idempotency_delivery::backoff::Backoff;
 
 use super::policy::DeliveryPolicy;
 

@@ -36,7 +36,7 @@ impl QueueStats {
 impl InboxStats for QueueStats {
     async fn queues(&self) -> Result<InboxQueues, StoreError> {
         let inbox = self.store.inbox().ok_or_else(|| {
-            StoreError::Unavailable("inbox routes need a store that supports them".into())
+            StoreError::unavailable("inbox routes need a store that supports them")
         })?;
         inbox.queues(&self.route, SystemTime::now()).await
     }

@@ -7,6 +7,7 @@
 //! the attempt's time-out and a margin, so a slow attempt is not claimed again meanwhile); a
 //! replica that dies mid-attempt leaves its claim to run out, and another attempt follows.
 
+use idempotency_core::proxy::ErrorChain;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -72,7 +73,7 @@ impl Worker {
             let claimed = match self.claim(room).await {
                 Ok(claimed) => claimed,
                 Err(e) => {
-                    tracing::warn!(route = %self.inbox.route, error = %e, "inbox: claiming deliveries failed");
+                    tracing::warn!(route = %self.inbox.route, error = %ErrorChain(&e), "inbox: claiming deliveries failed");
                     let _ = tokio::time::timeout(STORE_PAUSE, stop.changed()).await;
                     continue;
                 }
@@ -166,14 +167,14 @@ impl Worker {
                 tracing::warn!(route = %route, delivery, "inbox: the attempt outlived its claim; another attempt took over");
             }
             Err(e) => {
-                tracing::warn!(route = %route, delivery, error = %e, "inbox: recording an attempt failed; it is tried again after its lease");
+                tracing::warn!(route = %route, delivery, error = %ErrorChain(&e), "inbox: recording an attempt failed; it is tried again after its lease");
             }
         }
     }
 }
 
 fn unsupported() -> StoreError {
-    StoreError::Unavailable("inbox routes need a store that supports them".into())
+    StoreError::unavailable("inbox routes need a store that supports them")
 }
 
 /// What an attempt's result makes of the delivery: delivered, tried again after a backoff, or

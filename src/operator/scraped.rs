@@ -110,7 +110,7 @@ mod tests {
         async fn read(&self) -> Result<(), StoreError> {
             self.reads.fetch_add(1, Ordering::SeqCst);
             if self.fails {
-                return Err(StoreError::Unavailable("down".into()));
+                return Err(StoreError::unavailable("down"));
             }
             Ok(())
         }

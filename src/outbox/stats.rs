@@ -55,11 +55,10 @@ impl OutboxStats for TableStats {
                 return Ok(counts);
             }
         }
-        let counts = self
-            .outbox
-            .counts()
-            .await
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let counts =
+            self.outbox.counts().await.map_err(|e| {
+                StoreError::unavailable_from("the outbox's table cannot be read", e)
+            })?;
         *last = Some((Instant::now(), counts));
         Ok(counts)
     }

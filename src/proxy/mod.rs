@@ -35,11 +35,12 @@ use idempotency_core::policy::RouteMode;
 pub use reload::ReloadState;
 use reload::Reloads;
 
-/// Why the proxy could not start.
+/// Why the proxy could not start. Its causes are its sources: print it with them
+/// ([`ErrorChain`](idempotency_core::proxy::ErrorChain)), as the binary does.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// The store could not be opened.
-    #[error("cannot open the store: {0}")]
+    #[error("cannot open the store")]
     Store(#[from] StoreError),
     /// A route is an inbox, and the store keeps no inbox queues.
     #[error("{0}")]
@@ -48,10 +49,16 @@ pub enum StartError {
     #[error("{0}")]
     OutboxTable(String),
     /// The Postgres store's tables have another layout, or its settings cannot be used.
-    #[error("cannot open the store: {0}")]
-    StoreTable(String),
+    #[error("cannot open the store: {context}")]
+    StoreTable {
+        /// What is wrong with them.
+        context: std::borrow::Cow<'static, str>,
+        /// The database's error, when there is one.
+        #[source]
+        source: Option<idempotency_core::BoxError>,
+    },
     /// A listener could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address.
         addr: SocketAddr,
@@ -303,7 +310,9 @@ impl Reload for Proxy {
 /// database) is a bad config, found at start.
 fn refused_table(spec: &StoreSpec, error: StoreError) -> StartError {
     match (spec, error) {
-        (StoreSpec::Postgres(_), StoreError::Open(why)) => StartError::StoreTable(why),
+        (StoreSpec::Postgres(_), StoreError::Open { context, source }) => {
+            StartError::StoreTable { context, source }
+        }
         (_, error) => StartError::Store(error),
     }
 }

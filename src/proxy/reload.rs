@@ -26,9 +26,9 @@ use crate::operator::telemetry;
 pub struct ReloadState {
     /// SHA-256 (hex) of the running config as `--check` prints it.
     pub digest: String,
-    /// When the last reload was asked for, and whether it was applied or, if not, why (the one
-    /// line that was logged). `None` until the first reload.
-    pub last: Option<(SystemTime, Result<(), String>)>,
+    /// When the last reload was asked for, and whether it was applied or, if not, why (its
+    /// `Display` is the one line that was logged). `None` until the first reload.
+    pub last: Option<(SystemTime, Result<(), ConfigError>)>,
 }
 
 /// Where reloads read the config, what runs now, and how the last reload went.
@@ -107,7 +107,7 @@ impl Reloads {
             }
             Err(e) => {
                 tracing::warn!(reason = %e, "config reload refused; the running config stays");
-                state.last = Some((SystemTime::now(), Err(e.to_string())));
+                state.last = Some((SystemTime::now(), Err(e.clone())));
             }
         }
     }

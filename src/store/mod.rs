@@ -38,7 +38,7 @@ pub async fn open_with(
         StoreSpec::File(path) => {
             let path = path.clone();
             let opened = tokio::task::spawn_blocking(move || FileStore::open(&path)).await;
-            let store = opened.map_err(|e| StoreError::Open(format!("file store: {e}")))??;
+            let store = opened.map_err(|e| StoreError::open_from("file store", e))??;
             Ok(Arc::new(store))
         }
     }

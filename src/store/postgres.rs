@@ -84,7 +84,7 @@ pub(crate) async fn open(
     value: &str,
     settings: &PostgresSettings,
 ) -> Result<PostgresStore, StoreError> {
-    let url = DatabaseUrl::resolve(value).map_err(|e| StoreError::Open(e.to_string()))?;
+    let url = DatabaseUrl::resolve(value).map_err(|e| StoreError::open_from("PostgreSQL", e))?;
     let tls = settings.ca.as_ref().map(|ca| ca.config.clone());
     let options = ConnectOptions {
         pool_size: settings.pool_size,

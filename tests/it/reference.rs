@@ -6,7 +6,7 @@
 //!
 //! The lists come from the code itself: the flags from the binary's `--help`, the config keys
 //! from the loader's own refusal of an unknown key (which names every key that table accepts),
-//! the metrics from `METRICS`, the problem types from `Problem::one_of_each`, and the admin
+//! the metrics from `METRICS`, the problem types from `problem_types`, and the admin
 //! paths from the admin router's source, each then asked of a running admin listener.
 
 use crate::common;
@@ -16,8 +16,7 @@ use std::process::Command;
 
 use common::binary::BIN;
 use common::markdown::{code_spans, read, Page, Table};
-use idempotency_core::Problem;
-use idempotency_proxy::{MetricKind, METRICS};
+use idempotency_proxy::{problem_types, MetricKind, METRICS};
 
 const REFERENCE: &str = "docs/reference.md";
 
@@ -258,12 +257,9 @@ fn every_metric_is_in_the_reference_with_its_type_and_labels() {
 
 #[test]
 fn every_problem_type_is_in_the_reference_with_its_status_and_title() {
-    let in_code: BTreeSet<String> = Problem::one_of_each()
+    let in_code: BTreeSet<String> = problem_types()
         .iter()
-        .map(|error| {
-            let meta = error.meta();
-            format!("{} {} {}", meta.kind, meta.status.as_u16(), meta.title)
-        })
+        .map(|meta| format!("{} {} {}", meta.kind, meta.status.as_u16(), meta.title))
         .collect();
     let named: BTreeSet<String> = tables(&["type", "status", "title", "when"])
         .into_iter()

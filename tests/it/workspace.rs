@@ -8,8 +8,9 @@ use std::path::Path;
 use std::process::Command;
 
 /// The library crates a service may depend on, by package name.
-const LIBRARIES: [&str; 6] = [
+const LIBRARIES: [&str; 7] = [
     "idempotency-core",
+    "idempotency-delivery",
     "idempotency-redis-store",
     "idempotency-file-store",
     "idempotency-postgres",
@@ -193,6 +194,7 @@ fn the_postgres_store_builds_on_the_core_and_the_connection_crate_only() {
         ours,
         [
             "idempotency-core",
+            "idempotency-delivery",
             "idempotency-postgres",
             "idempotency-postgres-store"
         ]
@@ -218,5 +220,40 @@ fn each_library_crate_packages_its_own_sources_and_readme() {
         }
         let foreign: Vec<&&str> = files.iter().filter(|f| f.starts_with("..")).collect();
         assert!(foreign.is_empty(), "{crate_name} packages {foreign:?}");
+    }
+}
+
+#[test]
+fn what_the_senders_share_builds_without_the_layer() {
+    // Secrets, backoff and signing: the outbox relay and the connection crate use them, and
+    // neither has to compile the layer for them.
+    for package in ["idempotency-delivery", "idempotency-postgres"] {
+        let tree = cargo(&["tree", "-p", package, "-e", "normal", "--prefix", "none"]);
+        let names: Vec<&str> = tree
+            .lines()
+            .filter_map(|line| line.split_whitespace().next())
+            .collect();
+        assert!(
+            !names.contains(&"idempotency-core"),
+            "{package} pulls in the core: {names:?}"
+        );
+        assert!(names.contains(&"idempotency-delivery"), "{package}");
+    }
+    // The outbox takes the core only for the names it checks, none of its optional parts.
+    let core = cargo(&[
+        "tree",
+        "-p",
+        "idempotency-outbox",
+        "-e",
+        "normal,features",
+        "-i",
+        "idempotency-core",
+    ]);
+    for (feature, _) in FEATURES {
+        let on = format!("idempotency-core feature \"{feature}\"");
+        assert!(
+            !core.contains(&on),
+            "the outbox turns on the core's {feature}"
+        );
     }
 }

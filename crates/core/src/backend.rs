@@ -12,12 +12,14 @@
 pub use crate::model::{
     now_millis, unix_millis, AttemptFailure, BadDeliveryId, ClientScope, CompletedRecord, Delivery,
     DeliveryId, FencingToken, Fingerprint, IdempotencyKey, InFlightRecord, InboxQueues, KeyError,
-    LogId, Part, PartDigests, Record, RecordError, RouteName, ScopedKey, StoredBody, StoredRequest,
-    MAX_ERROR_LEN, MAX_KEY_LEN,
+    LogId, Part, PartDigests, Record, RecordError, RouteName, RouteNameError, ScopedKey,
+    StoredBody, StoredRequest, MAX_ERROR_LEN, MAX_KEY_LEN,
 };
 pub use crate::store::{
     Acceptance, CachingStore, Claim, Fenced, Inbox, Removal, Removed, ReplayCache, Reservation,
     Settlement, Store, StoreError,
 };
 #[cfg(feature = "sealing")]
-pub use crate::store::{SealedStore, SealingKey, SealingKeys};
+pub use crate::store::{
+    SealedStore, SealingKey, SealingKeyError, SealingKeyErrorKind, SealingKeys,
+};

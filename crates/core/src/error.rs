@@ -26,8 +26,11 @@ use crate::units::ByteSize;
 /// The boxed error inner services and bodies may fail with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Everything the proxy answers by itself.
+/// Everything the layer, and the proxy's request path, answers by itself. A layer above it
+/// answers its own kinds with its own type (the proxy's admin listener does), rendered the same
+/// way through [`ProblemType`](crate::ProblemType).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Problem {
     /// The route requires a key and the request has none.
     #[error("this route requires an idempotency key")]
@@ -79,32 +82,6 @@ pub enum Problem {
     /// A signed-webhook route got a delivery without a valid signature.
     #[error("the webhook signature was refused: {0}")]
     BadSignature(&'static str),
-    /// On the admin listener: no record is stored under the key an operator named.
-    #[error("no record is stored under this key")]
-    NoRecord,
-    /// On the admin listener: a `DELETE` of a record whose request is still running, which
-    /// would let a retry run the operation again while the first run goes on.
-    #[error("the request holding this key is still running, and removing its record would let a retry run it a second time; add ?force=true to remove it anyway")]
-    RecordInFlight,
-    /// On the admin listener: no dead delivery of that id on the inbox route or outbox an
-    /// operator named.
-    #[error("no dead delivery of this id is kept here")]
-    NoDelivery,
-    /// On the admin listener: no outbox of that name in the running config.
-    #[error("no outbox of this name is configured")]
-    NoOutbox,
-    /// On the admin listener: an outbox's database could not be reached, or refused the
-    /// statement.
-    #[error("the outbox's database cannot be read or written right now; retry later")]
-    OutboxUnavailable,
-    /// On the admin listener: a reload refused, with the one line saying why (file, line,
-    /// key); the running config stays.
-    #[error("{0}")]
-    BadConfig(String),
-    /// On the admin listener: a guarded endpoint asked for without the admin token, or with
-    /// another one.
-    #[error("this endpoint requires the admin token, as Authorization: Bearer <token>")]
-    Unauthorized,
 }
 
 /// What a problem is called: its status, its type (appended to the problem base) and title.
@@ -118,75 +95,107 @@ pub struct ProblemMeta {
     pub title: &'static str,
 }
 
-const fn meta(status: StatusCode, kind: &'static str, title: &'static str) -> ProblemMeta {
-    ProblemMeta {
-        status,
-        kind,
-        title,
+impl ProblemMeta {
+    /// A problem type: its status, its type and its title.
+    pub const fn new(status: StatusCode, kind: &'static str, title: &'static str) -> Self {
+        Self {
+            status,
+            kind,
+            title,
+        }
     }
 }
 
+/// The one table of what each of the layer's problems is called.
+mod types {
+    use super::ProblemMeta;
+    use http::StatusCode as S;
+
+    const fn meta(status: S, kind: &'static str, title: &'static str) -> ProblemMeta {
+        ProblemMeta::new(status, kind, title)
+    }
+
+    pub(super) const MISSING_KEY: ProblemMeta =
+        meta(S::BAD_REQUEST, "missing-key", "Idempotency key missing");
+    pub(super) const INVALID_KEY: ProblemMeta =
+        meta(S::BAD_REQUEST, "invalid-key", "Idempotency key invalid");
+    pub(super) const KEY_REUSED: ProblemMeta = meta(
+        S::UNPROCESSABLE_ENTITY,
+        "key-reused",
+        "Idempotency key reused",
+    );
+    pub(super) const REQUEST_IN_FLIGHT: ProblemMeta =
+        meta(S::CONFLICT, "request-in-flight", "Request in flight");
+    pub(super) const RESPONSE_NOT_KEPT: ProblemMeta =
+        meta(S::GONE, "response-not-kept", "Response not kept");
+    pub(super) const BODY_TOO_LARGE: ProblemMeta = meta(
+        S::PAYLOAD_TOO_LARGE,
+        "body-too-large",
+        "Request body too large",
+    );
+    pub(super) const UPSTREAM_UNAVAILABLE: ProblemMeta = meta(
+        S::BAD_GATEWAY,
+        "upstream-unavailable",
+        "Upstream unavailable",
+    );
+    pub(super) const UPSTREAM_TIMEOUT: ProblemMeta =
+        meta(S::GATEWAY_TIMEOUT, "upstream-timeout", "Upstream timed out");
+    pub(super) const STORE_UNAVAILABLE: ProblemMeta = meta(
+        S::SERVICE_UNAVAILABLE,
+        "store-unavailable",
+        "Idempotency store unavailable",
+    );
+    pub(super) const NO_ROUTE: ProblemMeta = meta(S::NOT_FOUND, "no-route", "Not found");
+    pub(super) const UNREADABLE_BODY: ProblemMeta =
+        meta(S::BAD_REQUEST, "unreadable-body", "Request body unreadable");
+    pub(super) const BAD_REQUEST: ProblemMeta = meta(S::BAD_REQUEST, "bad-request", "Bad request");
+    pub(super) const BAD_SIGNATURE: ProblemMeta = meta(
+        S::UNAUTHORIZED,
+        "bad-signature",
+        "Webhook signature invalid",
+    );
+}
+
 impl Problem {
-    /// The one table of what each error is called.
+    /// Every problem type of the layer, once each: what a reference of its answers lists.
+    pub const TYPES: &'static [ProblemMeta] = &[
+        types::MISSING_KEY,
+        types::INVALID_KEY,
+        types::KEY_REUSED,
+        types::REQUEST_IN_FLIGHT,
+        types::RESPONSE_NOT_KEPT,
+        types::BODY_TOO_LARGE,
+        types::UPSTREAM_UNAVAILABLE,
+        types::UPSTREAM_TIMEOUT,
+        types::STORE_UNAVAILABLE,
+        types::NO_ROUTE,
+        types::UNREADABLE_BODY,
+        types::BAD_REQUEST,
+        types::BAD_SIGNATURE,
+    ];
+
+    /// What this problem is called.
     pub fn meta(&self) -> ProblemMeta {
-        use StatusCode as S;
         match self {
-            Self::MissingKey => meta(S::BAD_REQUEST, "missing-key", "Idempotency key missing"),
-            Self::InvalidKey(_) => meta(S::BAD_REQUEST, "invalid-key", "Idempotency key invalid"),
-            Self::KeyReused { .. } => meta(
-                S::UNPROCESSABLE_ENTITY,
-                "key-reused",
-                "Idempotency key reused",
-            ),
-            Self::RequestInFlight { .. } => {
-                meta(S::CONFLICT, "request-in-flight", "Request in flight")
-            }
-            Self::ResponseNotKept => meta(S::GONE, "response-not-kept", "Response not kept"),
-            Self::BodyTooLarge { .. } => meta(
-                S::PAYLOAD_TOO_LARGE,
-                "body-too-large",
-                "Request body too large",
-            ),
-            Self::UpstreamUnavailable => meta(
-                S::BAD_GATEWAY,
-                "upstream-unavailable",
-                "Upstream unavailable",
-            ),
-            Self::UpstreamTimeout => {
-                meta(S::GATEWAY_TIMEOUT, "upstream-timeout", "Upstream timed out")
-            }
-            Self::StoreUnavailable => meta(
-                S::SERVICE_UNAVAILABLE,
-                "store-unavailable",
-                "Idempotency store unavailable",
-            ),
-            Self::NoRoute => meta(S::NOT_FOUND, "no-route", "Not found"),
-            Self::UnreadableBody => {
-                meta(S::BAD_REQUEST, "unreadable-body", "Request body unreadable")
-            }
-            Self::BadRequest(_) => meta(S::BAD_REQUEST, "bad-request", "Bad request"),
-            Self::BadSignature(_) => meta(
-                S::UNAUTHORIZED,
-                "bad-signature",
-                "Webhook signature invalid",
-            ),
-            Self::NoRecord => meta(S::NOT_FOUND, "no-record", "No record"),
-            Self::RecordInFlight => meta(S::CONFLICT, "request-in-flight", "Request in flight"),
-            Self::NoDelivery => meta(S::NOT_FOUND, "no-delivery", "No such delivery"),
-            Self::NoOutbox => meta(S::NOT_FOUND, "no-outbox", "No such outbox"),
-            Self::OutboxUnavailable => meta(
-                S::SERVICE_UNAVAILABLE,
-                "outbox-unavailable",
-                "Outbox database unavailable",
-            ),
-            Self::BadConfig(_) => meta(S::BAD_REQUEST, "bad-config", "Configuration refused"),
-            Self::Unauthorized => meta(S::UNAUTHORIZED, "unauthorized", "Admin token required"),
+            Self::MissingKey => types::MISSING_KEY,
+            Self::InvalidKey(_) => types::INVALID_KEY,
+            Self::KeyReused { .. } => types::KEY_REUSED,
+            Self::RequestInFlight { .. } => types::REQUEST_IN_FLIGHT,
+            Self::ResponseNotKept => types::RESPONSE_NOT_KEPT,
+            Self::BodyTooLarge { .. } => types::BODY_TOO_LARGE,
+            Self::UpstreamUnavailable => types::UPSTREAM_UNAVAILABLE,
+            Self::UpstreamTimeout => types::UPSTREAM_TIMEOUT,
+            Self::StoreUnavailable => types::STORE_UNAVAILABLE,
+            Self::NoRoute => types::NO_ROUTE,
+            Self::UnreadableBody => types::UNREADABLE_BODY,
+            Self::BadRequest(_) => types::BAD_REQUEST,
+            Self::BadSignature(_) => types::BAD_SIGNATURE,
         }
     }
 
-    /// One error of each kind: what a catalogue of the proxy's answers (the reference's table
-    /// of problem types) is checked against.
-    pub fn one_of_each() -> Vec<Problem> {
+    /// One problem of each kind, for the checks of the table.
+    #[cfg(test)]
+    pub(crate) fn one_of_each() -> Vec<Problem> {
         let all = vec![
             Self::MissingKey,
             Self::InvalidKey(KeyError::Empty),
@@ -205,13 +214,6 @@ impl Problem {
             Self::UnreadableBody,
             Self::BadRequest("x"),
             Self::BadSignature("x"),
-            Self::NoRecord,
-            Self::RecordInFlight,
-            Self::NoDelivery,
-            Self::NoOutbox,
-            Self::OutboxUnavailable,
-            Self::BadConfig("x".into()),
-            Self::Unauthorized,
         ];
         // No wildcard: a kind added to the enum stops this compiling until it is listed above.
         for error in &all {
@@ -228,14 +230,7 @@ impl Problem {
                 | Self::NoRoute
                 | Self::UnreadableBody
                 | Self::BadRequest(_)
-                | Self::BadSignature(_)
-                | Self::NoRecord
-                | Self::RecordInFlight
-                | Self::NoDelivery
-                | Self::NoOutbox
-                | Self::OutboxUnavailable
-                | Self::BadConfig(_)
-                | Self::Unauthorized => {}
+                | Self::BadSignature(_) => {}
             }
         }
         all
@@ -294,6 +289,29 @@ impl axum_core::response::IntoResponse for Problem {
     }
 }
 
+/// An error and its sources, written one after the other (`a: b: c`): how a log line or a
+/// refusal names an error whose cause is its [`source`](StdError::source).
+#[derive(Clone, Copy)]
+pub struct ErrorChain<'a>(pub &'a (dyn StdError + 'static));
+
+impl fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(e) = source {
+            write!(f, ": {e}")?;
+            source = e.source();
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
 /// Why a request failed, for its log line; never shown to the client.
 #[derive(Debug, Clone)]
 pub struct Cause(pub Arc<str>);
@@ -301,14 +319,7 @@ pub struct Cause(pub Arc<str>);
 impl Cause {
     /// The cause an error describes, with its sources.
     pub fn of(error: &(dyn StdError + 'static)) -> Self {
-        let mut text = error.to_string();
-        let mut source = error.source();
-        while let Some(e) = source {
-            text.push_str(": ");
-            text.push_str(&e.to_string());
-            source = e.source();
-        }
-        Self(text.into())
+        Self(ErrorChain(error).to_string().into())
     }
 }
 
@@ -408,6 +419,14 @@ mod tests {
             );
             assert_eq!(stored.is_some(), storable, "{error:?}");
         }
+    }
+
+    #[test]
+    fn the_catalogue_lists_each_kind_once() {
+        let mut listed: Vec<ProblemMeta> =
+            Problem::one_of_each().iter().map(Problem::meta).collect();
+        listed.dedup();
+        assert_eq!(listed, Problem::TYPES);
     }
 
     #[test]

@@ -28,11 +28,12 @@
 //! ```
 //!
 //! Cargo features, both on by default: `sealing` (encryption at rest,
-//! [`backend::SealedStore`]) and `webhooks` (signed webhooks: [`policy::Verifier`] and
-//! [`proxy::WebhookSigner`]).
+//! [`backend::SealedStore`]) and `webhooks` (signed webhooks: [`policy::Verifier`]).
+//!
+//! [`Secret`] comes from `idempotency-delivery`, the crate the layer shares with the outbox
+//! relay (secrets, retry backoff, webhook signing).
 #![forbid(unsafe_code)]
 
-mod backoff;
 mod error;
 mod grpc;
 mod headers;
@@ -40,9 +41,6 @@ mod idempotency;
 mod model;
 mod outcome;
 mod problem;
-mod secret;
-#[cfg(feature = "webhooks")]
-mod signing;
 mod store;
 mod units;
 
@@ -54,8 +52,8 @@ pub mod proxy;
 pub use error::{BoxError, Problem, ProblemMeta, RequestNotSent};
 pub use idempotency::{IdempotencyLayer, IdempotencyService, LayerBuilder, ResponseFuture};
 pub use idempotency::{Policy, PolicyBuilder, PolicyError};
-pub use problem::{ProblemBase, ProblemLayer, ProblemService};
-pub use secret::Secret;
+pub use idempotency_delivery::{Secret, SecretError};
+pub use problem::{ProblemBase, ProblemBaseError, ProblemLayer, ProblemService, ProblemType};
 pub use store::{MemoryStore, Store, StoreError};
 
 /// The README's example, compiled and run as a doc test.

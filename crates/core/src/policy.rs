@@ -8,12 +8,14 @@ pub use crate::idempotency::policy::{
     AmbiguousPolicy, ConcurrentPolicy, KeySource, RouteMode, StoreErrorPolicy,
 };
 #[cfg(feature = "webhooks")]
-pub use crate::idempotency::verify::{Refusal, Scheme, Verifier, DEFAULT_TOLERANCE};
-pub use crate::model::jcs::JsonPointer;
+pub use crate::idempotency::verify::{Refusal, Scheme, Verifier, VerifierError, DEFAULT_TOLERANCE};
+pub use crate::model::jcs::{JsonPointer, JsonPointerError};
 pub use crate::model::FingerprintBody;
 pub use crate::units::ByteSize;
 
 /// RFC 8785 JSON canonicalization: what `fingerprint_body = "json"` fingerprints.
 pub mod jcs {
-    pub use crate::model::jcs::{canonicalize, try_canonicalize, JsonPointer, NotIJson, MAX_DEPTH};
+    pub use crate::model::jcs::{
+        canonicalize, try_canonicalize, JsonPointer, JsonPointerError, NotIJson, MAX_DEPTH,
+    };
 }

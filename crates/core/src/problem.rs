@@ -1,11 +1,12 @@
 //! Rendering the proxy's own answers as RFC 9457 `application/problem+json` (docs/reference.md#problems):
 //! the problem base, and the outermost layer that renders every response carrying a
-//! [`Problem`].
+//! [`Problem`], or a problem of a layer above the core ([`ProblemType`]).
 //!
 //! It is the outermost layer so that everything below it, the router, the idempotency layer
 //! and replays of stored problems alike, answers an error the same way
 //! ([`Problem::into_response`]) without knowing the problem base.
 
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -16,8 +17,82 @@ use http::{header, HeaderValue, Response};
 use serde::Serialize;
 use tower::{Layer, Service};
 
-use crate::error::Problem;
+use crate::error::{Problem, ProblemMeta};
 use crate::grpc::{percent_encode, GrpcCall, GRPC_MESSAGE, GRPC_STATUS};
+
+/// A problem of a layer above the core, such as the proxy's admin listener: what its document
+/// says. [`ProblemBase`] renders it with the same members, base and `Link` as a [`Problem`].
+///
+/// ```
+/// use http::StatusCode;
+/// use idempotency_core::{ProblemBase, ProblemMeta, ProblemType};
+///
+/// #[derive(Debug)]
+/// struct NoSuchOrder;
+///
+/// impl std::fmt::Display for NoSuchOrder {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         f.write_str("no order of this id")
+///     }
+/// }
+///
+/// impl ProblemType for NoSuchOrder {
+///     fn meta(&self) -> ProblemMeta {
+///         ProblemMeta::new(StatusCode::NOT_FOUND, "no-order", "No such order")
+///     }
+/// }
+///
+/// let mut response = NoSuchOrder.into_problem_response();
+/// ProblemBase::default().render(&mut response);
+/// assert_eq!(response.status(), StatusCode::NOT_FOUND);
+/// assert_eq!(response.headers()["content-type"], "application/problem+json");
+/// ```
+pub trait ProblemType: fmt::Display {
+    /// Its status, type and title.
+    fn meta(&self) -> ProblemMeta;
+
+    /// A response with this problem's status and the problem as an extension, for
+    /// [`ProblemLayer`] (or [`ProblemBase::render`]) to render on the way out.
+    fn into_problem_response(self) -> Response<Body>
+    where
+        Self: Sized,
+    {
+        let meta = self.meta();
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = meta.status;
+        response.extensions_mut().insert(Pending {
+            meta,
+            detail: self.to_string(),
+        });
+        response
+    }
+}
+
+impl ProblemType for Problem {
+    fn meta(&self) -> ProblemMeta {
+        Problem::meta(self)
+    }
+
+    fn into_problem_response(self) -> Response<Body> {
+        self.into_response()
+    }
+}
+
+/// A [`ProblemType`] on its way out: what its document will say.
+#[derive(Clone)]
+struct Pending {
+    meta: ProblemMeta,
+    detail: String,
+}
+
+/// A problem base that cannot be sent in a `Link` header.
+#[derive(Debug, thiserror::Error)]
+#[error("problem_base {uri:?} is not a valid URI")]
+pub struct ProblemBaseError {
+    uri: String,
+    #[source]
+    source: http::header::InvalidHeaderValue,
+}
 
 /// The `type` URI prefix of every problem, and whether to point clients at it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,9 +107,14 @@ impl ProblemBase {
 
     /// A base the operator publishes (e.g. `https://api.example.com/docs/idempotency#`): each
     /// problem then also carries `Link: <base>; rel="describedby"`.
-    pub fn published(uri: &str) -> Result<Self, String> {
-        let link = HeaderValue::from_str(&format!("<{uri}>; rel=\"describedby\""))
-            .map_err(|_| format!("problem_base {uri:?} is not a valid URI"))?;
+    pub fn published(uri: &str) -> Result<Self, ProblemBaseError> {
+        let link =
+            HeaderValue::from_str(&format!("<{uri}>; rel=\"describedby\"")).map_err(|source| {
+                ProblemBaseError {
+                    uri: uri.to_owned(),
+                    source,
+                }
+            })?;
         if uri == Self::DEFAULT {
             return Ok(Self::default());
         }
@@ -52,36 +132,23 @@ impl ProblemBase {
     /// Gives a response that carries a [`Problem`] its problem document; any other response
     /// is left as it is.
     pub fn render(&self, response: &mut Response<Body>) {
+        if let Some(other) = response.extensions_mut().remove::<Pending>() {
+            return self.write(response, other.meta, other.detail, None);
+        }
         let Some(error) = response.extensions_mut().remove::<Problem>() else {
             return;
         };
         if response.extensions().get::<GrpcCall>().is_some() {
             return render_grpc(&error, response);
         }
-        let meta = error.meta();
         let differs = match &error {
             Problem::KeyReused { differs } => Some(differs.iter().map(|p| p.as_str()).collect()),
             _ => None,
         };
-        let document = ProblemDocument {
-            kind: format!("{}{}", self.uri, meta.kind),
-            title: meta.title,
-            status: meta.status.as_u16(),
-            detail: error.to_string(),
-            differs,
-        };
-        let body = serde_json::to_vec(&document).expect("a problem document always serializes");
-        *response.body_mut() = Body::from(body);
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
-        if let Some(link) = &self.link {
-            headers.insert(header::LINK, link.clone());
-        }
+        self.write(response, error.meta(), error.to_string(), differs);
         if let Problem::RequestInFlight { retry_after } = error {
             let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+            let headers = response.headers_mut();
             headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
     }
@@ -111,6 +178,35 @@ fn render_grpc(error: &Problem, response: &mut Response<Body>) {
     if let Problem::RequestInFlight { retry_after } = error {
         let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
         headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+}
+
+impl ProblemBase {
+    /// Writes the problem document into `response`: the one renderer of every problem type.
+    fn write(
+        &self,
+        response: &mut Response<Body>,
+        meta: ProblemMeta,
+        detail: String,
+        differs: Option<Vec<&'static str>>,
+    ) {
+        let document = ProblemDocument {
+            kind: format!("{}{}", self.uri, meta.kind),
+            title: meta.title,
+            status: meta.status.as_u16(),
+            detail,
+            differs,
+        };
+        let body = serde_json::to_vec(&document).expect("a problem document always serializes");
+        *response.body_mut() = Body::from(body);
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if let Some(link) = &self.link {
+            headers.insert(header::LINK, link.clone());
+        }
     }
 }
 
@@ -354,6 +450,38 @@ mod tests {
             doc["type"],
             "https://api.example.com/docs/idempotency#request-in-flight"
         );
+    }
+
+    #[tokio::test]
+    async fn a_problem_of_another_type_gets_the_same_document() {
+        struct Closed;
+        impl fmt::Display for Closed {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("the shop is closed")
+            }
+        }
+        impl ProblemType for Closed {
+            fn meta(&self) -> ProblemMeta {
+                ProblemMeta::new(StatusCode::CONFLICT, "closed", "Closed")
+            }
+        }
+        let base = ProblemBase::published("https://api.example.com/problems#").unwrap();
+        let mut response = Closed.into_problem_response();
+        assert_eq!(response.status(), StatusCode::CONFLICT);
+        base.render(&mut response);
+        assert_eq!(
+            response.headers()[header::LINK],
+            "<https://api.example.com/problems#>; rel=\"describedby\""
+        );
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let want = serde_json::json!({
+            "type": "https://api.example.com/problems#closed",
+            "title": "Closed",
+            "status": 409,
+            "detail": "the shop is closed",
+        });
+        assert_eq!(doc, want);
     }
 
     #[tokio::test]

@@ -8,13 +8,15 @@
 //! - The metric names and per-route handles ([`RouteMetrics`]), for the proxy's catalogue.
 //! - What an upstream failure reads as ([`UpstreamFailure`]), the headers never forwarded
 //!   ([`strip_hop_by_hop`]), a gRPC call ([`grpc`]).
-//! - Shared helpers of the proxy's crates: [`backoff`], [`humane_duration`],
-//!   [`fractional_seconds`], and with the `webhooks` feature [`WebhookSigner`].
+//! - Shared helpers of the proxy's crates: [`humane_duration`], [`ErrorChain`]. What the
+//!   outbox relay shares with the layer (backoff, webhook signing, secrets) is in
+//!   `idempotency-delivery`.
 
 use bytes::Bytes;
 use http::Request;
 use http_body::Body as HttpBody;
 
+pub use crate::error::ErrorChain;
 pub use crate::error::UpstreamFailure;
 pub use crate::headers::strip_hop_by_hop;
 pub use crate::idempotency::metrics::{
@@ -23,15 +25,8 @@ pub use crate::idempotency::metrics::{
 };
 pub use crate::idempotency::{AnswerBody, InboxHook, Inner, RouteMetrics, StoredHeaders};
 pub use crate::problem::Rendered;
-#[cfg(feature = "webhooks")]
-pub use crate::signing::WebhookSigner;
-pub use crate::units::{fractional_seconds, humane_duration};
+pub use crate::units::humane_duration;
 use crate::{BoxError, IdempotencyService};
-
-/// Full-jitter backoff, for inbox deliveries and outbox attempts.
-pub mod backoff {
-    pub use crate::backoff::{random_sample, Backoff};
-}
 
 /// Reading gRPC calls: what a route of `protocol = "grpc"` needs beyond [`GrpcCode`](crate::policy::GrpcCode).
 pub mod grpc {

@@ -114,10 +114,20 @@ impl serde::Serialize for ByteSize {
 pub mod humane_duration {
     use super::*;
 
+    /// A text that is not a duration.
+    #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+    #[error("invalid duration {raw:?}: expected e.g. \"500ms\", \"30s\", \"24h\"")]
+    pub struct DurationError {
+        raw: String,
+        #[source]
+        source: humantime::DurationError,
+    }
+
     /// A duration as an operator writes one, or why it is not one.
-    pub fn parse(raw: &str) -> Result<Duration, String> {
-        humantime::parse_duration(raw.trim()).map_err(|e| {
-            format!("invalid duration {raw:?} ({e}): expected e.g. \"500ms\", \"30s\", \"24h\"")
+    pub fn parse(raw: &str) -> Result<Duration, DurationError> {
+        humantime::parse_duration(raw.trim()).map_err(|source| DurationError {
+            raw: raw.to_owned(),
+            source,
         })
     }
 
@@ -131,18 +141,6 @@ pub mod humane_duration {
     /// Writes a humane duration.
     pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(&humantime::format_duration(*duration))
-    }
-}
-
-/// A duration written as fractional seconds, to the millisecond (`3.042`): how the admin
-/// endpoints and the status page give an age, in the base unit of metrics and precise enough
-/// for an alert on half a second.
-pub mod fractional_seconds {
-    use super::*;
-
-    /// Writes the duration's whole milliseconds as seconds.
-    pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_f64(duration.as_millis() as f64 / 1000.0)
     }
 }
 

@@ -21,9 +21,11 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use super::journal::Journal;
 use super::log::{self, Log};
 use super::meta::Meta;
+use super::open_error::OpenError;
 use super::options::FileStoreOptions;
 use super::segment::{self, HeaderError, HEADER_LEN, WAL_MAGIC};
 use idempotency_core::backend::now_millis;
+use idempotency_core::BoxError;
 
 pub(super) const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
 const EXPIRIES: TableDefinition<(u64, &str), ()> = TableDefinition::new("expiries");
@@ -81,31 +83,31 @@ pub(super) fn convert(
     db: &Database,
     dir: &Path,
     options: &FileStoreOptions,
-) -> Result<Converted, String> {
-    let shown = dir.display();
-    let failed =
-        |e: &dyn std::fmt::Display| format!("converting the previous release's store: {e}");
-    let old = read_old_meta(db).map_err(|e| failed(&e))?;
-    empty_dir(dir).map_err(|e| format!("{shown}: {e}"))?;
-    let log = Log::start(dir, 1, options.segment_limit()).map_err(|e| format!("{shown}: {e}"))?;
+) -> Result<Converted, OpenError> {
+    let shown = || dir.display().to_string();
+    let failed = |e: BoxError| OpenError::because("converting the previous release's store", e);
+    let old = read_old_meta(db).map_err(|e| failed(e.into()))?;
+    empty_dir(dir).map_err(|e| OpenError::because(shown(), e))?;
+    let log =
+        Log::start(dir, 1, options.segment_limit()).map_err(|e| OpenError::because(shown(), e))?;
     let mut writing = Writing {
         log,
         journal: Journal::at(0, 0),
         seq: 0,
         now: now_millis(),
     };
-    let (records, deliveries) = copy_tables(db, &mut writing).map_err(|e| failed(&e))?;
+    let (records, deliveries) = copy_tables(db, &mut writing).map_err(|e| failed(e.into()))?;
     let wal = log::wal_of(path);
     let (replayed, last_entry_at) = copy_wal(&wal, old.applied, &mut writing)?;
-    writing.flush().map_err(|e| failed(&e))?;
+    writing.flush().map_err(|e| failed(e.into()))?;
     writing
         .log
         .head_file()
         .sync_data()
-        .map_err(|e| failed(&e))?;
-    log::sync_dir(dir).map_err(|e| failed(&e))?;
+        .map_err(|e| failed(e.into()))?;
+    log::sync_dir(dir).map_err(|e| failed(e.into()))?;
     let meta = meta_after(&old, last_entry_at, options);
-    drop_tables(db, &meta).map_err(|e| failed(&e))?;
+    drop_tables(db, &meta).map_err(|e| failed(e.into()))?;
     if let Err(e) = std::fs::remove_file(&wal) {
         if e.kind() != std::io::ErrorKind::NotFound {
             tracing::warn!(wal = %wal.display(), error = %e, "file store: the previous release's write-ahead log is converted but could not be deleted");
@@ -177,18 +179,18 @@ fn copy_tables(db: &Database, writing: &mut Writing) -> Result<(u64, u64), redb:
 
 /// Writes the entries of the old write-ahead log past `applied`, as they are; how many, and
 /// when the last was written.
-fn copy_wal(wal: &Path, applied: u64, writing: &mut Writing) -> Result<(u64, u64), String> {
+fn copy_wal(wal: &Path, applied: u64, writing: &mut Writing) -> Result<(u64, u64), OpenError> {
     let shown = wal.display();
     let bytes = match std::fs::read(wal) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((0, 0)),
-        Err(e) => return Err(format!("{shown}: {e}")),
+        Err(e) => return Err(OpenError::because(shown.to_string(), e)),
     };
     segment::check_header(&bytes, WAL_MAGIC).map_err(|e| match e {
-        HeaderError::Foreign => format!("{shown}: the write-ahead log {e}"),
-        HeaderError::Later(_) => format!("{shown}: {e}"),
+        HeaderError::Foreign => OpenError::because(format!("{shown}: the write-ahead log"), e),
+        HeaderError::Later(_) => OpenError::because(shown.to_string(), e),
     })?;
-    let failed = |e: std::io::Error| format!("converting {shown}: {e}");
+    let failed = |e: std::io::Error| OpenError::because(format!("converting {shown}"), e);
     writing.flush().map_err(failed)?;
     let (mut replayed, mut last_at) = (0, 0);
     // Entries the tables already hold, behind the last checkpoint, are passed over.

@@ -36,6 +36,7 @@ mod index;
 mod journal;
 mod log;
 mod meta;
+mod open_error;
 mod options;
 mod queue;
 mod queue_log;
@@ -64,6 +65,7 @@ use idempotency_core::{
     backend::{Fenced, Removal, Removed, Reservation},
     Store, StoreError,
 };
+use open_error::OpenError;
 use writer::{Answer, Op, Writer};
 
 pub use options::{FileStoreOptions, SEGMENT_BYTES};
@@ -111,10 +113,10 @@ impl FileStore {
 
     /// [`open`](Self::open), with `options`.
     pub fn open_with(path: &Path, options: &FileStoreOptions) -> Result<Self, StoreError> {
-        let fail = |why: String| StoreError::Open(format!("file store {}: {why}", path.display()));
+        let fail = |refused: OpenError| refused.at(path);
         if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
-                .map_err(|e| fail(format!("cannot create directory: {e}")))?;
+                .map_err(|e| fail(OpenError::because("cannot create directory", e)))?;
         }
         recovery::refuse_half_a_store(path).map_err(fail)?;
         let db = Database::builder()
@@ -123,7 +125,7 @@ impl FileStore {
             .map_err(|e| fail(explain(e)))?;
         let start = recovery::open(path, db, options).map_err(fail)?;
         let writer = Writer::spawn(start, log::dir_of(path))
-            .map_err(|e| fail(format!("cannot start the writer thread: {e}")))?;
+            .map_err(|e| fail(OpenError::because("cannot start the writer thread", e)))?;
         Ok(Self {
             path: path.to_owned(),
             writer,
@@ -165,24 +167,26 @@ impl std::fmt::Debug for FileStore {
 }
 
 /// An open failure in words an operator can act on.
-fn explain(error: DatabaseError) -> String {
+fn explain(error: DatabaseError) -> OpenError {
     use redb::StorageError::{Corrupted, Io};
     match error {
         DatabaseError::DatabaseAlreadyOpen => {
-            "already open by another process (or another store in this one)".into()
+            OpenError::new("already open by another process (or another store in this one)")
         }
         // redb reports a file without its magic header as invalid data.
         DatabaseError::Storage(Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
-            "not a store file (it is not a redb database); refusing to touch it".into()
+            OpenError::new("not a store file (it is not a redb database); refusing to touch it")
         }
-        DatabaseError::Storage(Io(e)) => e.to_string(),
-        DatabaseError::Storage(Corrupted(why)) => format!("the store file is corrupted: {why}"),
-        other => format!("cannot use the store file: {other}"),
+        DatabaseError::Storage(Io(e)) => OpenError::because("cannot open the store file", e),
+        DatabaseError::Storage(Corrupted(why)) => {
+            OpenError::new(format!("the store file is corrupted: {why}"))
+        }
+        other => OpenError::because("cannot use the store file", other),
     }
 }
 
 fn mismatch() -> StoreError {
-    StoreError::Unavailable("file store writer gave an answer of the wrong kind".into())
+    StoreError::unavailable("file store writer gave an answer of the wrong kind")
 }
 
 fn decode(raw: Vec<u8>) -> Result<Record, StoreError> {

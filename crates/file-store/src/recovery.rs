@@ -22,12 +22,14 @@ use super::guard::Guard;
 use super::housekeeping::write_meta;
 use super::log::{self, Log};
 use super::meta::{Meta, LAYOUT, META};
+use super::open_error::OpenError;
 use super::options::FileStoreOptions;
 use super::segment::{self, HEADER_LEN, MAGIC};
 use super::state::State;
 use super::syncer::Durability;
 use super::writer::Start;
 use idempotency_core::backend::now_millis;
+use idempotency_core::BoxError;
 
 /// What reading the log found.
 #[derive(Default)]
@@ -45,22 +47,22 @@ pub(super) fn open(
     path: &Path,
     mut db: Database,
     options: &FileStoreOptions,
-) -> Result<Start, String> {
+) -> Result<Start, OpenError> {
     let began = Instant::now();
     let dir = log::dir_of(path);
     let shown = dir.display();
     let mut meta = read_meta(&db)?;
     if meta.layout.is_some_and(|layout| layout > LAYOUT) {
-        return Err(format!(
+        return Err(OpenError::new(format!(
             "the store file is of layout {}, written by a later release; run that release",
             meta.layout.unwrap_or_default()
-        ));
+        )));
     }
     if meta.layout == Some(LAYOUT) && !dir.is_dir() {
-        return Err(format!("its log folder {shown} is missing: restore it (a copy of the store is the file and the folder together), or move the store file away to start an empty store"));
+        return Err(OpenError::new(format!("its log folder {shown} is missing: restore it (a copy of the store is the file and the folder together), or move the store file away to start an empty store")));
     }
     std::fs::create_dir_all(&dir)
-        .map_err(|e| format!("{shown}: cannot create the log folder: {e}"))?;
+        .map_err(|e| OpenError::because(format!("{shown}: cannot create the log folder"), e))?;
     let converted = match meta.layout != Some(LAYOUT) && has_records(&db)? {
         true => Some(convert::convert(path, &db, &dir, options)?),
         false => None,
@@ -87,10 +89,10 @@ pub(super) fn open(
         ..meta
     };
     write_meta(&db, &meta)
-        .map_err(|e| format!("cannot record the start in the store file: {e}"))?;
+        .map_err(|e| OpenError::because("cannot record the start in the store file", e))?;
     let head = read.segments.last().map_or(1, |last| last + 1);
     let log = Log::start(&dir, head, options.segment_limit())
-        .map_err(|e| format!("{shown}: cannot start a log segment: {e}"))?;
+        .map_err(|e| OpenError::because(format!("{shown}: cannot start a log segment"), e))?;
     state.space.add_segment(head);
     remove_previous_log(path);
     report(
@@ -117,38 +119,40 @@ pub(super) fn open(
 
 /// Refuses a log folder whose store file is gone: the file says how the store was closed, and
 /// without it a start could neither tell a machine crash nor that the folder is this store's.
-pub(super) fn refuse_half_a_store(path: &Path) -> Result<(), String> {
+pub(super) fn refuse_half_a_store(path: &Path) -> Result<(), OpenError> {
     let dir = log::dir_of(path);
     if path.exists() || !dir.is_dir() || segments(&dir)?.is_empty() {
         return Ok(());
     }
-    Err(format!(
+    Err(OpenError::new(format!(
         "the store file is missing but its log folder {} holds a log: restore the file (a copy of the store is the file and the folder together), or move the folder away to start an empty store",
         dir.display()
-    ))
+    )))
 }
 
-fn read_meta(db: &Database) -> Result<Meta, String> {
-    let failed = |e: &dyn std::fmt::Display| format!("cannot read the store file: {e}");
-    let txn = db.begin_read().map_err(|e| failed(&e))?;
+fn read_meta(db: &Database) -> Result<Meta, OpenError> {
+    let failed = |e: BoxError| OpenError::because("cannot read the store file", e);
+    let txn = db.begin_read().map_err(|e| failed(e.into()))?;
     match txn.open_table(META) {
-        Ok(table) => Meta::read(&table).map_err(|e| failed(&e)),
+        Ok(table) => Meta::read(&table).map_err(|e| failed(e.into())),
         Err(redb::TableError::TableDoesNotExist(_)) => Ok(Meta::default()),
-        Err(e) => Err(failed(&e)),
+        Err(e) => Err(failed(e.into())),
     }
 }
 
 /// Whether the file holds a records table: one written by a release before this one.
-fn has_records(db: &Database) -> Result<bool, String> {
-    let txn = db.begin_read().map_err(|e| e.to_string())?;
-    let tables = txn.list_tables().map_err(|e| e.to_string())?;
+fn has_records(db: &Database) -> Result<bool, OpenError> {
+    let failed = |e: BoxError| OpenError::because("cannot read the store file's tables", e);
+    let txn = db.begin_read().map_err(|e| failed(e.into()))?;
+    let tables = txn.list_tables().map_err(|e| failed(e.into()))?;
     let names: Vec<String> = tables.map(|table| table.name().to_owned()).collect();
     Ok(names.iter().any(|name| name == convert::RECORDS.name()))
 }
 
 /// The log's segments, oldest first.
-pub(super) fn segments(dir: &Path) -> Result<Vec<u32>, String> {
-    let listed = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+pub(super) fn segments(dir: &Path) -> Result<Vec<u32>, OpenError> {
+    let listed =
+        std::fs::read_dir(dir).map_err(|e| OpenError::because(dir.display().to_string(), e))?;
     let mut numbers: Vec<u32> = listed
         .filter_map(Result::ok)
         .filter_map(|entry| log::segment_number(&entry.file_name().to_string_lossy()))
@@ -158,7 +162,7 @@ pub(super) fn segments(dir: &Path) -> Result<Vec<u32>, String> {
 }
 
 /// Reads every segment in order into `state`; cuts the last one at its last whole entry.
-fn read_log(dir: &Path, state: &mut State) -> Result<Read, String> {
+fn read_log(dir: &Path, state: &mut State) -> Result<Read, OpenError> {
     let mut read = Read {
         segments: segments(dir)?,
         ..Read::default()
@@ -166,8 +170,9 @@ fn read_log(dir: &Path, state: &mut State) -> Result<Read, String> {
     let mut last: Option<u64> = None;
     for (n, &number) in read.segments.iter().enumerate() {
         let path = log::segment_path(dir, number);
-        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        segment::check_header(&bytes, MAGIC).map_err(|e| format!("{}: {e}", path.display()))?;
+        let shown = || path.display().to_string();
+        let bytes = std::fs::read(&path).map_err(|e| OpenError::because(shown(), e))?;
+        segment::check_header(&bytes, MAGIC).map_err(|e| OpenError::because(shown(), e))?;
         let is_last = n + 1 == read.segments.len();
         state.space.add_segment(number);
         let mut from = HEADER_LEN;
@@ -176,7 +181,9 @@ fn read_log(dir: &Path, state: &mut State) -> Result<Read, String> {
             for entry in &run.entries {
                 state
                     .replay(number, entry.payload_at(), entry.payload(&bytes))
-                    .map_err(|e| format!("{}: entry {}: {e}", path.display(), entry.seq))?;
+                    .map_err(|e| {
+                        OpenError::because(format!("{}: entry {}", shown(), entry.seq), e)
+                    })?;
                 last = Some(entry.seq);
                 read.last_written_at = read.last_written_at.max(entry.written_at);
             }
@@ -207,8 +214,10 @@ fn read_log(dir: &Path, state: &mut State) -> Result<Read, String> {
 /// Drops the last segment's bytes from `at` on, for good, and syncs what is left: a process
 /// killed on this boot left its last entries written, not synced, and they are on the disk
 /// before anyone is shown them.
-fn cut(path: &Path, at: u64) -> Result<(), String> {
-    let failed = |e: std::io::Error| format!("{}: cannot sync its end: {e}", path.display());
+fn cut(path: &Path, at: u64) -> Result<(), OpenError> {
+    let failed = |e: std::io::Error| {
+        OpenError::because(format!("{}: cannot sync its end", path.display()), e)
+    };
     let file = OpenOptions::new().write(true).open(path).map_err(failed)?;
     if file.metadata().map_err(failed)?.len() > at {
         file.set_len(at.max(HEADER_LEN)).map_err(failed)?;

@@ -147,7 +147,7 @@ fn take_synced(state: &mut State) -> Vec<Held> {
 }
 
 fn stopped(why: &str) -> StoreError {
-    StoreError::Unavailable(format!(
+    StoreError::unavailable(format!(
         "the file store stopped writing after a failure ({why}); restart the proxy"
     ))
 }

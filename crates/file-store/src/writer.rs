@@ -88,7 +88,7 @@ impl Writer {
 
     /// Queues `op` and waits until it is as durable as its step needs (or failed).
     pub(super) async fn submit(&self, op: Op) -> Result<Answer, StoreError> {
-        let stopped = || StoreError::Unavailable("the file store writer has stopped".into());
+        let stopped = || StoreError::unavailable("the file store writer has stopped");
         let (reply, answer) = oneshot::channel();
         self.queue.send(Msg::Op(op, reply)).map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
@@ -286,8 +286,8 @@ impl WriterThread {
         let answer = match answer {
             Ok(answer) => answer,
             Err(e) => {
-                let why = format!("file store read failed: {e}");
-                let _ = reply.send(Err(StoreError::Unavailable(why)));
+                let failed = StoreError::unavailable_from("file store read failed", e);
+                let _ = reply.send(Err(failed));
                 return;
             }
         };
@@ -333,6 +333,8 @@ fn completes(answer: &Answer) -> bool {
 
 fn refuse<T>(ops: Vec<(T, Reply)>, why: &str) {
     for (_, reply) in ops {
-        let _ = reply.send(Err(StoreError::Unavailable(why.to_owned())));
+        // One failure answers many requests, and an io::Error cannot be copied: each gets its
+        // words.
+        let _ = reply.send(Err(StoreError::unavailable(why.to_owned())));
     }
 }

@@ -37,14 +37,14 @@ fn picked(t: &str) -> String {
     )
 }
 
-/// Retries the picked rows: pending at once with a fresh attempt budget, each holding its
+/// Retries the picked rows: pending at once with a fresh attempt and age budget, each holding its
 /// aggregate again and waiting if an earlier row (or an earlier picked row) holds it.
 pub(crate) fn retry_sql(table: &TableName) -> String {
     let t = table.quoted();
     format!(
         "WITH {picked}
          UPDATE {t} r SET dead_at = NULL, attempts = 0, next_attempt_at = now(),
-             lease_owner = NULL, lease_until = NULL, holding = true,
+             lease_owner = NULL, lease_until = NULL, holding = true, retried_at = now(),
              waiting = r.aggregate_id IS NOT NULL AND (
                  EXISTS (SELECT 1 FROM {t} e WHERE e.aggregate_id = r.aggregate_id
                          AND e.holding AND e.seq < r.seq)

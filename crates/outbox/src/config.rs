@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use http::{Method, Uri};
-use idempotency_core::proxy::backoff::Backoff;
-use idempotency_core::proxy::WebhookSigner;
+use idempotency_delivery::backoff::Backoff;
+use idempotency_delivery::signing::WebhookSigner;
 
 use crate::names::{OutboxName, TableName};
 
@@ -73,6 +73,9 @@ pub struct OutboxConfig {
     /// How long delivered rows are kept before they are deleted (`keep_delivered`, default
     /// 24 h; zero deletes a row as it is marked delivered).
     pub keep_delivered: Duration,
+    /// How long dead rows are kept before they are deleted (`keep_dead`; `None`, the default,
+    /// keeps them until an operator retries or deletes them).
+    pub keep_dead: Option<Duration>,
 }
 
 impl OutboxConfig {
@@ -98,6 +101,7 @@ impl OutboxConfig {
             lease: Duration::from_secs(30),
             on_dead: OnDead::Skip,
             keep_delivered: Duration::from_secs(24 * 3600),
+            keep_dead: None,
         }
     }
 

@@ -20,7 +20,7 @@ const EARLIER_INDEXES: [&str; 2] = ["due", "aggregate"];
 /// What a table has of the current layout.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Found {
-    /// Whether it has `holding` and `waiting`.
+    /// Whether it has `holding`, `waiting` and `retried_at`.
     pub(crate) columns: bool,
     /// The names of its indexes.
     pub(crate) indexes: Vec<String>,
@@ -53,7 +53,9 @@ pub(crate) fn missing(table: &TableName, found: &Found, on_dead: OnDead) -> Opti
     let mut objects = Vec::new();
     let mut sql = String::from("BEGIN;\n");
     if !found.columns {
-        objects.push(format!("columns holding and waiting of {table}"));
+        objects.push(format!(
+            "columns holding, waiting and retried_at of {table}"
+        ));
         sql.push_str(&columns(t, on_dead));
     }
     let has = |suffix: &str| {
@@ -104,7 +106,8 @@ fn columns(t: &str, on_dead: OnDead) -> String {
     };
     format!(
         "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS holding boolean NOT NULL DEFAULT false,
-    ADD COLUMN IF NOT EXISTS waiting boolean NOT NULL DEFAULT false;
+    ADD COLUMN IF NOT EXISTS waiting boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS retried_at timestamptz;
 ALTER TABLE {t} ALTER COLUMN holding SET DEFAULT true;
 UPDATE {t} SET holding = true WHERE delivered_at IS NULL AND {dead_holds};\n"
     )

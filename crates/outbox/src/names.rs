@@ -22,7 +22,8 @@ impl OutboxName {
     pub fn new(name: impl Into<String>) -> Result<Self, String> {
         let name = name.into();
         // The same rule as a route's name, and the same words.
-        RouteName::new(name.as_str()).map_err(|e| e.replacen("route name", "outbox name", 1))?;
+        RouteName::new(name.as_str())
+            .map_err(|e| e.to_string().replacen("route name", "outbox name", 1))?;
         Ok(Self(name))
     }
 

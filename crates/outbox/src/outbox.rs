@@ -48,7 +48,7 @@ pub struct OutboxCounts {
     /// The age of the oldest row neither delivered nor dead (zero when there is none).
     #[serde(
         rename = "oldest_pending_seconds",
-        serialize_with = "idempotency_core::proxy::fractional_seconds::serialize"
+        serialize_with = "idempotency_delivery::fractional_seconds::serialize"
     )]
     pub oldest_pending: Duration,
     /// Aggregates whose later rows wait behind a dead row (only under `on_dead = "block"` do
@@ -197,7 +197,7 @@ impl Outbox {
             .query(migrate::INDEXES_SQL, &[&table.quoted()])
             .await?;
         let found = migrate::Found {
-            columns: ["holding", "waiting"]
+            columns: ["holding", "waiting", "retried_at"]
                 .iter()
                 .all(|name| columns.iter().any(|c| c.name == *name)),
             indexes: indexes.iter().map(|row| row.get(0)).collect(),
@@ -280,7 +280,7 @@ impl Outbox {
     }
 
     /// Makes the dead row `id` pending again with a fresh attempt budget (`max_age` counts
-    /// from now on); `false` when there is no such dead row.
+    /// from now on, `retried_at`); `false` when there is no such dead row.
     pub async fn retry_dead(&self, id: &str) -> Result<bool, OutboxError> {
         self.within(self.change_dead(&self.inner.sql.retry, id))
             .await

@@ -121,8 +121,8 @@ fn row_headers(column: Option<&str>) -> Result<HeaderMap, String> {
 mod tests {
     use std::time::Duration;
 
-    use idempotency_core::proxy::WebhookSigner;
-    use idempotency_core::Secret;
+    use idempotency_delivery::signing::WebhookSigner;
+    use idempotency_delivery::Secret;
     use tokio::time::Instant;
 
     use super::*;
@@ -143,6 +143,7 @@ mod tests {
             headers: headers.map(str::to_owned),
             attempt: 3,
             age: Duration::ZERO,
+            budget_age: Duration::ZERO,
             claimed: Instant::now(),
         }
     }

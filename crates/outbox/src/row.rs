@@ -21,6 +21,9 @@ pub(crate) struct ClaimedRow {
     pub(crate) attempt: i32,
     /// Its age (since `created_at`) when it was claimed, by the database's clock.
     pub(crate) age: Duration,
+    /// Its age for `max_age` when it was claimed: since an operator last retried it, else
+    /// since `created_at`.
+    pub(crate) budget_age: Duration,
     /// When the claim came back, by this process's clock.
     pub(crate) claimed: Instant,
 }
@@ -32,6 +35,7 @@ impl ClaimedRow {
         claimed: Instant,
     ) -> Result<Self, idempotency_postgres::tokio_postgres::Error> {
         let age: f64 = row.try_get(6)?;
+        let budget_age: f64 = row.try_get(7)?;
         Ok(Self {
             id: row.try_get(0)?,
             topic: row.try_get(1)?,
@@ -40,6 +44,7 @@ impl ClaimedRow {
             headers: row.try_get(4)?,
             attempt: row.try_get(5)?,
             age: Duration::try_from_secs_f64(age.max(0.0)).unwrap_or_default(),
+            budget_age: Duration::try_from_secs_f64(budget_age.max(0.0)).unwrap_or_default(),
             claimed,
         })
     }
@@ -47,6 +52,11 @@ impl ClaimedRow {
     /// Its age now: at the claim, plus the time since.
     pub(crate) fn age_now(&self) -> Duration {
         self.age + self.claimed.elapsed()
+    }
+
+    /// Its age for `max_age` now: a retried row's budget counts from its retry.
+    pub(crate) fn budget_age_now(&self) -> Duration {
+        self.budget_age + self.claimed.elapsed()
     }
 
     /// This attempt's number, as the headers and logs count.

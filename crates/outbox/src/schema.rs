@@ -55,7 +55,8 @@ CREATE TABLE IF NOT EXISTS {t} (
     last_status     integer,
     last_error      text,
     holding         boolean     NOT NULL DEFAULT true,
-    waiting         boolean     NOT NULL DEFAULT false
+    waiting         boolean     NOT NULL DEFAULT false,
+    retried_at      timestamptz
 ) WITH (fillfactor = 80);
 
 {indexes}-- keep_delivered's deletes, and the count of the last hour's deliveries.

@@ -56,7 +56,9 @@ pub(crate) fn claim(table: &TableName, payload: PayloadKind) -> String {
          FROM due WHERE o.id = due.id
          RETURNING o.id::text, o.topic::text, o.aggregate_id::text, {body},
                    o.headers::text, o.attempts,
-                   EXTRACT(EPOCH FROM clock_timestamp() - o.created_at)::float8"
+                   EXTRACT(EPOCH FROM clock_timestamp() - o.created_at)::float8,
+                   EXTRACT(EPOCH FROM clock_timestamp()
+                           - COALESCE(o.retried_at, o.created_at))::float8"
     )
 }
 
@@ -90,6 +92,9 @@ pub(crate) struct RelaySql {
     pub(crate) release: String,
     /// `$1` age in ms, `$2` how many: delivered rows older than that, deleted.
     pub(crate) purge: String,
+    /// `$1` age in ms, `$2` how many: dead rows dead longer than that, deleted, oldest first;
+    /// their aggregates.
+    pub(crate) purge_dead: String,
     /// `$1` aggregates: the first row holding each, when it waits, may now be attempted.
     pub(crate) promote: String,
     /// Heads of aggregates left waiting though nothing holds them (a relay that crashed
@@ -137,11 +142,19 @@ impl RelaySql {
                  SELECT id FROM {t} WHERE delivered_at < now() - $1::int8 * interval '1 millisecond'
                  ORDER BY delivered_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
         );
+        let purge_dead = format!(
+            "DELETE FROM {t} WHERE id IN (
+                 SELECT id FROM {t} WHERE dead_at IS NOT NULL
+                   AND dead_at < now() - $1::int8 * interval '1 millisecond'
+                 ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED)
+             RETURNING aggregate_id::text"
+        );
         Self {
             mark,
             delete_delivered,
             release,
             purge,
+            purge_dead,
             promote: promote(table),
             sweep: sweep(table),
         }
@@ -230,7 +243,7 @@ impl AdminSql {
         // A retried row holds its aggregate again, and waits if an earlier row holds it.
         let retry = format!(
             "UPDATE {t} r SET dead_at = NULL, attempts = 0, next_attempt_at = now(),
-                 lease_owner = NULL, lease_until = NULL, holding = true,
+                 lease_owner = NULL, lease_until = NULL, holding = true, retried_at = now(),
                  waiting = r.aggregate_id IS NOT NULL AND EXISTS (
                      SELECT 1 FROM {t} e WHERE e.aggregate_id = r.aggregate_id
                        AND e.holding AND e.seq < r.seq)

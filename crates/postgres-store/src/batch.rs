@@ -73,9 +73,9 @@ impl<Q: Send + 'static, A: Send + 'static> Batcher<Q, A> {
         let (answer, answered) = oneshot::channel();
         self.queue
             .send((request, answer))
-            .map_err(|_| StoreError::Unavailable("the store is closed".to_owned()))?;
+            .map_err(|_| StoreError::unavailable("the store is closed"))?;
         answered
             .await
-            .unwrap_or_else(|_| Err(StoreError::Unavailable("a batch was dropped".to_owned())))
+            .unwrap_or_else(|_| Err(StoreError::unavailable("a batch was dropped")))
     }
 }

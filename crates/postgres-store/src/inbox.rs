@@ -11,6 +11,7 @@
 //! An acceptance records the acknowledgement and queues the delivery in one statement, so in
 //! one transaction: acknowledged means both are committed, or neither is there.
 
+use idempotency_core::proxy::ErrorChain;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -72,8 +73,8 @@ impl Inbox for PostgresStore {
                 return Ok(Acceptance::Existing(Record::decode(Bytes::from(existing))?));
             }
         }
-        Err(StoreError::Unavailable(
-            "an acceptance kept losing races for its key".to_owned(),
+        Err(StoreError::unavailable(
+            "an acceptance kept losing races for its key",
         ))
     }
 
@@ -201,14 +202,14 @@ impl PostgresStore {
     /// last error: it stays counted and removable, and never blocks a claim again. Should
     /// that fail too, it is claimed (and buried) again after its lease.
     async fn bury(&self, queue: &RouteName, id: Vec<u8>, token: FencingToken, error: &StoreError) {
-        tracing::warn!(route = %queue, error = %error, "inbox: a stored delivery cannot be decoded; it is dead");
+        tracing::warn!(route = %queue, error = %ErrorChain(error), "inbox: a stored delivery cannot be decoded; it is dead");
         let failure = AttemptFailure {
             status: None,
             error: Some(format!("cannot be decoded: {error}")),
         };
         let dead = Settlement::Dead { failure };
         if let Err(e) = self.settle_row(queue, &id, token, &dead).await {
-            tracing::warn!(route = %queue, error = %e, "inbox: an undecodable delivery could not be made dead yet");
+            tracing::warn!(route = %queue, error = %ErrorChain(&e), "inbox: an undecodable delivery could not be made dead yet");
         }
     }
 }

@@ -8,6 +8,7 @@
 //! waits at most for one range's delete. An expired row the purge has not reached yet is no
 //! harm: every statement treats it as absent, and a reservation takes it over in place.
 
+use idempotency_core::proxy::ErrorChain;
 use std::time::Duration;
 
 use idempotency_core::StoreError;
@@ -37,7 +38,7 @@ impl Purger {
                     Ok(0) => {}
                     Ok(n) => tracing::debug!(purged = n, "expired records purged"),
                     Err(e) => {
-                        tracing::debug!(error = %e, "purging expired records failed; the next pass tries again");
+                        tracing::debug!(error = %ErrorChain(&e), "purging expired records failed; the next pass tries again");
                     }
                 }
             }
@@ -86,8 +87,8 @@ where
         let client = pool
             .get()
             .await
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        statement(client).await.map_err(|e| db_error(&e, LIMIT))
+            .map_err(|e| StoreError::unavailable_from("no connection from the pool", e))?;
+        statement(client).await.map_err(|e| db_error(e, LIMIT))
     };
     tokio::time::timeout(LIMIT, call)
         .await

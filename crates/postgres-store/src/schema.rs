@@ -8,6 +8,7 @@
 //! indexed) and writes no index entry. `idempotency_deliveries` keeps inbox deliveries, one row
 //! each, with the attempt state a claim or a settlement changes beside the encoding.
 
+use idempotency_core::proxy::ErrorChain;
 use idempotency_core::StoreError;
 use idempotency_postgres::tokio_postgres::Client;
 use idempotency_postgres::{quote_identifier, tokio_postgres};
@@ -116,10 +117,12 @@ impl Tables {
             ))
             .await
             .map_err(|e| {
-                StoreError::Open(format!(
+                // The database's words go inside the sentence, before the DDL to run: the
+                // cause is written in, not kept behind it.
+                StoreError::open(format!(
                     "{} missing, and this role cannot create them ({}); run as a role that may:\n{}",
                     missing.join(", "),
-                    crate::store::described(&e),
+                    ErrorChain(&e),
                     self.ddl()
                 ))
             })?;
@@ -182,7 +185,7 @@ impl Tables {
                 .map(|(n, t, null)| ((*n).to_owned(), (*t).to_owned(), *null))
                 .collect();
             if found != wanted {
-                return Err(StoreError::Open(format!(
+                return Err(StoreError::open(format!(
                     "table {schema}.{table} has another layout than this proxy's store: {}; \
                      name another schema with store_schema, or move that table away",
                     difference(&wanted, &found)
@@ -220,7 +223,6 @@ fn difference(wanted: &[(String, String, bool)], found: &[(String, String, bool)
     }
 }
 
-#[allow(clippy::needless_pass_by_value)] // the shape `map_err` hands it
 fn unavailable(e: tokio_postgres::Error) -> StoreError {
-    StoreError::Unavailable(crate::store::described(&e))
+    StoreError::unavailable_from("the store's tables could not be read", e)
 }

@@ -21,6 +21,7 @@ use bytes::Bytes;
 use idempotency_core::backend::{
     CompletedRecord, FencingToken, Fingerprint, InFlightRecord, Record, ScopedKey,
 };
+use idempotency_core::proxy::ErrorChain;
 use idempotency_core::{
     backend::{Fenced, Inbox, Removal, Removed, Reservation},
     Store, StoreError,
@@ -114,7 +115,7 @@ impl PostgresStore {
             .settings
             .extend(PLANNER.map(|(k, v)| (k.to_owned(), v.to_owned())));
         let options = &options;
-        let pool = pool(url, options).map_err(|e| StoreError::Open(e.to_string()))?;
+        let pool = pool(url, options).map_err(|e| StoreError::open_from("PostgreSQL", e))?;
         let tables = Tables::new(schema);
         let mut client = pool.get().await.map_err(|e| pool_error(e, options))?;
         tables.prepare(&mut client).await?;
@@ -215,11 +216,11 @@ impl Db {
             let statement = client
                 .prepare_cached(sql)
                 .await
-                .map_err(|e| db_error(&e, limit))?;
+                .map_err(|e| db_error(e, limit))?;
             client
                 .query(&statement, params)
                 .await
-                .map_err(|e| db_error(&e, limit))
+                .map_err(|e| db_error(e, limit))
         };
         tokio::time::timeout(limit, run)
             .await
@@ -234,7 +235,7 @@ impl Db {
     ) -> Result<Row, StoreError> {
         let mut rows = self.query(sql, params).await?;
         rows.pop()
-            .ok_or_else(|| StoreError::Unavailable("a statement answered no row".to_owned()))
+            .ok_or_else(|| StoreError::unavailable("a statement answered no row"))
     }
 
     /// Runs `sql` under the operation time-out, answering how many rows it changed.
@@ -245,11 +246,11 @@ impl Db {
             let statement = client
                 .prepare_cached(sql)
                 .await
-                .map_err(|e| db_error(&e, limit))?;
+                .map_err(|e| db_error(e, limit))?;
             client
                 .execute(&statement, params)
                 .await
-                .map_err(|e| db_error(&e, limit))
+                .map_err(|e| db_error(e, limit))
         };
         tokio::time::timeout(limit, run)
             .await
@@ -388,7 +389,8 @@ fn taken(existing: Option<Vec<u8>>, written: bool) -> Taken {
 fn copy(e: &StoreError) -> StoreError {
     match e {
         StoreError::Timeout(limit) => StoreError::Timeout(*limit),
-        other => StoreError::Unavailable(other.to_string()),
+        // The cause is the batch's, and it cannot be copied: each request gets its words.
+        other => StoreError::unavailable(ErrorChain(other).to_string()),
     }
 }
 
@@ -412,32 +414,21 @@ pub(crate) fn seconds(span: Duration) -> f64 {
 }
 
 /// A failed statement: a cancelled one (the statement time-out) is a time-out; anything else
-/// says what the database said, never the URL.
-pub(crate) fn db_error(e: &tokio_postgres::Error, limit: Duration) -> StoreError {
-    match e.as_db_error() {
-        Some(db) if *db.code() == SqlState::QUERY_CANCELED => StoreError::Timeout(limit),
-        Some(db) => StoreError::Unavailable(format!("{}: {}", db.code().code(), db.message())),
-        None => StoreError::Unavailable(described(e)),
+/// keeps the client's error as its cause (with its own causes: "error performing TLS
+/// handshake", then why). None of them quotes the URL.
+pub(crate) fn db_error(e: tokio_postgres::Error, limit: Duration) -> StoreError {
+    match e.as_db_error().map(|db| db.code().clone()) {
+        Some(code) if code == SqlState::QUERY_CANCELED => StoreError::Timeout(limit),
+        Some(code) => StoreError::unavailable_from(format!("SQLSTATE {}", code.code()), e),
+        None => StoreError::unavailable_from("the statement failed", e),
     }
-}
-
-/// The client's error with its causes: "error performing TLS handshake" says nothing of why
-/// until its source ("invalid peer certificate: UnknownIssuer") is added. None quotes the URL.
-pub(crate) fn described(e: &tokio_postgres::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    text
 }
 
 fn pool_failure(e: PoolError, limit: Duration) -> StoreError {
     match e {
         PoolError::Timeout(_) => StoreError::Timeout(limit),
-        PoolError::Backend(e) => db_error(&e, limit),
-        other => StoreError::Unavailable(other.to_string()),
+        PoolError::Backend(e) => db_error(e, limit),
+        other => StoreError::unavailable_from("no connection from the pool", other),
     }
 }
 
@@ -480,8 +471,8 @@ impl Store for PostgresStore {
         match found {
             Taken::Acquired => Ok(Reservation::Acquired(token)),
             Taken::Existing(value) => Ok(Record::decode(Bytes::from(value))?.into()),
-            Taken::Raced => Err(StoreError::Unavailable(
-                "a reservation kept losing races for its key".to_owned(),
+            Taken::Raced => Err(StoreError::unavailable(
+                "a reservation kept losing races for its key",
             )),
         }
     }

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use idempotency_core::Secret;
+use idempotency_delivery::Secret;
 use tokio_postgres::config::Host;
 
 use crate::ConnectError;
@@ -28,7 +28,11 @@ impl DatabaseUrl {
     /// ```
     pub fn resolve(value: &str) -> Result<Self, ConnectError> {
         if value.starts_with("env:") || value.starts_with("file:") {
-            let secret = Secret::resolve(value).map_err(ConnectError::Url)?;
+            let secret = Secret::resolve(value).map_err(|e| {
+                // The URL's error keeps its words as text; the secret's cause goes with them.
+                let cause = std::error::Error::source(&e).map(|c| format!(": {c}"));
+                ConnectError::Url(format!("{e}{}", cause.unwrap_or_default()))
+            })?;
             let text = String::from_utf8(secret.expose().to_vec())
                 .map_err(|_| ConnectError::Url(format!("{value} does not hold UTF-8 text")))?;
             return Self::parse(text.trim()).map_err(|e| match e {

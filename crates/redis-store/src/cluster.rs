@@ -31,6 +31,7 @@
 //! connection goes away with its last operation; one that was merely waiting for a master to
 //! come back costs little to replace.
 
+use idempotency_core::proxy::ErrorChain;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -68,8 +69,10 @@ impl RedisStore<PerThread<ClusterLink>> {
             .response_timeout(RESPONSE_TIMEOUT)
             .build()
             .map_err(|e| {
+                // The client's error may quote a node's URL, password and all: only its
+                // redacted words are kept, not the error itself.
                 let message = format!("invalid Redis Cluster nodes: {e}");
-                StoreError::Open(redact_all(nodes, message))
+                StoreError::open(redact_all(nodes, message))
             })?;
         let conn = connect(&client, nodes).await?;
         let link = ClusterLink::new(client.clone(), nodes.to_vec(), conn);
@@ -98,7 +101,7 @@ async fn connect(
         Ok(Ok(conn)) => Ok(conn),
         Ok(Err(e)) => {
             let message = format!("cannot connect to Redis Cluster: {e}");
-            Err(StoreError::Unavailable(redact_all(nodes, message)))
+            Err(StoreError::unavailable(redact_all(nodes, message)))
         }
         Err(_) => Err(StoreError::Timeout(CONNECT_TIMEOUT)),
     }
@@ -258,7 +261,7 @@ impl Shared {
                 );
             }
             Err(e) => tracing::warn!(
-                error = %e,
+                error = %ErrorChain(&e),
                 "Redis Cluster operations kept failing and no fresh cluster connection could be made; keeping the old one"
             ),
         }
@@ -335,7 +338,8 @@ mod tests {
     async fn an_unreachable_cluster_fails_without_the_password() {
         let nodes = ["redis://:s3cret-pw@127.0.0.1:1".to_owned()];
         match RedisStore::connect_cluster(&nodes, "x:").await {
-            Err(StoreError::Unavailable(message)) => {
+            Err(e @ StoreError::Unavailable { .. }) => {
+                let message = idempotency_core::proxy::ErrorChain(&e).to_string();
                 assert!(!message.contains("s3cret-pw"), "{message}");
             }
             other => panic!("expected Unavailable, got {other:?}"),

@@ -33,6 +33,7 @@
 //! a whole is bounded by the store's operation time-out, so a hung Redis turns into
 //! `StoreError::Timeout` instead of a hung request.
 
+use idempotency_core::proxy::ErrorChain;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -122,7 +123,9 @@ impl RedisStore<PerThread<ConnectionManager>> {
     /// seconds, and with `Open` when the URL is not one.
     pub async fn connect(url: &str, prefix: &str) -> Result<Self, StoreError> {
         let client = Client::open(url)
-            .map_err(|e| StoreError::Open(redact(url, None, format!("invalid Redis URL: {e}"))))?;
+            // The client's error may quote the URL, password and all: only its redacted words
+            // are kept, not the error itself (so too below).
+            .map_err(|e| StoreError::open(redact(url, None, format!("invalid Redis URL: {e}"))))?;
         let password = client.get_connection_info().redis_settings().password();
         let password = password.map(str::to_owned);
         let connecting = ConnectionManager::new_with_config(client.clone(), manager_config());
@@ -131,7 +134,7 @@ impl RedisStore<PerThread<ConnectionManager>> {
             Ok(Err(e)) => {
                 let message = format!("cannot connect to Redis: {e}");
                 let message = redact(url, password.as_deref(), message);
-                return Err(StoreError::Unavailable(message));
+                return Err(StoreError::unavailable(message));
             }
             Err(_) => return Err(StoreError::Timeout(CONNECT_TIMEOUT)),
         };
@@ -221,7 +224,7 @@ impl<C: RedisConnection> RedisStore<C> {
         match tokio::time::timeout(limit, call(self.conn.clone())).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) if e.is_timeout() => Err(StoreError::Timeout(limit)),
-            Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
+            Ok(Err(e)) => Err(StoreError::unavailable_from("a Redis command failed", e)),
             Err(_) => Err(StoreError::Timeout(limit)),
         }
     }
@@ -244,7 +247,7 @@ impl<C: RedisConnection> RedisStore<C> {
                 .run(|mut conn| async move { release.query_async::<i64>(&mut conn).await })
                 .await;
             if let Err(e) = sent {
-                tracing::debug!(key = %log_id, error = %e, "undoing an unanswered reservation failed; it frees when its lease runs out");
+                tracing::debug!(key = %log_id, error = %ErrorChain(&e), "undoing an unanswered reservation failed; it frees when its lease runs out");
             }
         });
     }

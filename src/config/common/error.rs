@@ -59,3 +59,52 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// What a value is refused with, written as the reason of a [`ConfigError`]: the loader's own
+/// words, or a typed error of the crates below with its causes (`a: b`), the one line an
+/// operator reads.
+pub(in crate::config) trait Reason {
+    /// The reason, in one line.
+    fn into_reason(self) -> String;
+}
+
+impl Reason for String {
+    fn into_reason(self) -> String {
+        self
+    }
+}
+
+/// A parse that cannot fail.
+impl Reason for std::convert::Infallible {
+    fn into_reason(self) -> String {
+        match self {}
+    }
+}
+
+impl Reason for &str {
+    fn into_reason(self) -> String {
+        self.to_owned()
+    }
+}
+
+/// Typed errors read as their chain of causes.
+macro_rules! reasons {
+    ($($error:ty),* $(,)?) => {
+        $(impl Reason for $error {
+            fn into_reason(self) -> String {
+                idempotency_core::proxy::ErrorChain(&self).to_string()
+            }
+        })*
+    };
+}
+
+reasons!(
+    idempotency_core::SecretError,
+    idempotency_core::proxy::humane_duration::DurationError,
+    idempotency_core::backend::SealingKeyError,
+    idempotency_core::backend::RouteNameError,
+    idempotency_core::policy::VerifierError,
+    idempotency_core::policy::JsonPointerError,
+    idempotency_core::ProblemBaseError,
+    idempotency_delivery::signing::WebhookKeyError,
+);

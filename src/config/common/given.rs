@@ -4,7 +4,7 @@
 
 use toml::Spanned;
 
-use crate::config::common::error::ConfigError;
+use crate::config::common::error::{ConfigError, Reason};
 use crate::config::common::source::Source;
 
 /// A top-level value and where it was given, so an error points at the flag or the line.
@@ -26,15 +26,16 @@ impl<'a> Given<'a> {
         }
     }
 
-    pub(in crate::config) fn parse<T>(
+    pub(in crate::config) fn parse<T, E: Reason>(
         &self,
         src: &Source,
-        parse: impl FnOnce(&str) -> Result<T, String>,
+        parse: impl FnOnce(&str) -> Result<T, E>,
     ) -> Result<T, ConfigError> {
         match self {
-            Given::Flag(flag, value) => {
-                parse(value).map_err(|reason| ConfigError::Flag { flag, reason })
-            }
+            Given::Flag(flag, value) => parse(value).map_err(|reason| ConfigError::Flag {
+                flag,
+                reason: reason.into_reason(),
+            }),
             Given::File(key, value) => {
                 parse(value.get_ref()).map_err(|reason| src.bad(value, key, reason))
             }

@@ -8,7 +8,7 @@ use std::ops::Range;
 
 use toml::Spanned;
 
-use crate::config::common::error::ConfigError;
+use crate::config::common::error::{ConfigError, Reason};
 use crate::config::file::RawFile;
 
 /// The config text and the name errors call it by.
@@ -32,20 +32,20 @@ impl<'a> Source<'a> {
         &self,
         spanned: &Spanned<T>,
         key: &str,
-        reason: impl AsRef<str>,
+        reason: impl Reason,
     ) -> ConfigError {
-        let reason = format!("key {key:?}: {}", reason.as_ref());
+        let reason = format!("key {key:?}: {}", reason.into_reason());
         self.at(spanned.span(), Some(key), reason)
     }
 
     /// Parses the value of `key`, if the table sets it, into `target`; a value `parse` refuses
     /// is an error at its line.
-    pub(in crate::config) fn set<T, V>(
+    pub(in crate::config) fn set<T, V, E: Reason>(
         &self,
         key: &str,
         given: &Option<Spanned<T>>,
         target: &mut V,
-        parse: impl FnOnce(&T) -> Result<V, String>,
+        parse: impl FnOnce(&T) -> Result<V, E>,
     ) -> Result<(), ConfigError> {
         if let Some(spanned) = given {
             *target = parse(spanned.get_ref()).map_err(|reason| self.bad(spanned, key, reason))?;

@@ -8,12 +8,13 @@ use std::time::Duration;
 use http::uri::{Authority, PathAndQuery};
 use http::{HeaderName, Method, StatusCode, Uri};
 
+use super::error::Reason;
 use idempotency_core::proxy::humane_duration;
 
 /// A humane duration; zero is refused, as a zero lease, ttl or timeout would make every
 /// request fail or every record vanish at once.
 pub(in crate::config) fn duration(raw: &str) -> Result<Duration, String> {
-    let duration = humane_duration::parse(raw)?;
+    let duration = humane_duration::parse(raw).map_err(Reason::into_reason)?;
     if duration.is_zero() {
         return Err(format!("duration {raw:?} must be more than zero"));
     }

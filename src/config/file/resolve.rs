@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use crate::config::common::error::ConfigError;
+use crate::config::common::error::{ConfigError, Reason};
 use crate::config::common::given::Given;
 use crate::config::common::source::Source;
 use crate::config::common::values;
@@ -140,11 +140,11 @@ fn drain_timeout(src: &Source, file: Option<&Spanned<String>>) -> Result<Duratio
 }
 
 /// Parses a value read from the file, naming its line and key if it is refused.
-pub(in crate::config) fn check<T>(
+pub(in crate::config) fn check<T, E: Reason>(
     src: &Source,
     value: &Spanned<String>,
     key: &str,
-    parse: fn(&str) -> Result<T, String>,
+    parse: fn(&str) -> Result<T, E>,
 ) -> Result<T, ConfigError> {
     parse(value.get_ref()).map_err(|reason| src.bad(value, key, reason))
 }

@@ -52,6 +52,8 @@ pub(in crate::config) struct OutboxTable {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(in crate::config) upstream_client_key: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(in crate::config) keep_dead: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(in crate::config) database_ca: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(in crate::config) pool_size: Option<Spanned<i64>>,

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use crate::config::common::error::ConfigError;
+use crate::config::common::error::{ConfigError, Reason};
 use crate::config::common::source::Source;
 use crate::config::common::values::{duration, method};
 use crate::config::file::unspanned;
@@ -23,8 +23,8 @@ use crate::outbox::OutboxConnection;
 use crate::store::DatabaseCa;
 use crate::tls::UpstreamTls;
 use idempotency_core::proxy::humane_duration;
-use idempotency_core::proxy::WebhookSigner;
 use idempotency_core::Secret;
+use idempotency_delivery::signing::WebhookSigner;
 use idempotency_outbox::{channel_name, destination, OnDead, OutboxConfig, OutboxName, TableName};
 use idempotency_postgres::DatabaseUrl;
 use keys::{OnDeadChoice, OutboxTable};
@@ -80,8 +80,10 @@ fn outbox(
         &table.signing_secret,
         &mut relay.signer,
         |s| {
-            let secret = Secret::resolve(s)?;
-            WebhookSigner::new(&secret).map(Some)
+            let secret = Secret::resolve(s).map_err(Reason::into_reason)?;
+            WebhookSigner::new(&secret)
+                .map(Some)
+                .map_err(Reason::into_reason)
         },
     )?;
     src.set(
@@ -126,7 +128,7 @@ fn destinations(
             .iter()
             .map(|(topic, url)| {
                 let url = destination(url).map_err(|e| format!("topic {topic:?}: {e}"))?;
-                Ok((topic.clone(), url))
+                Ok::<_, String>((topic.clone(), url))
             })
             .collect()
     })?;
@@ -176,6 +178,9 @@ fn durations(
         &mut relay.keep_delivered,
         |d| humane_duration::parse(d),
     )?;
+    src.set("keep_dead", &table.keep_dead, &mut relay.keep_dead, |d| {
+        duration(d).map(Some)
+    })?;
     if relay.retry.max < relay.retry.initial {
         let (key, given) = match (&table.retry_max, &table.retry_initial) {
             (Some(max), _) => ("retry_max", max),
@@ -234,7 +239,7 @@ fn connection(src: &Source, table: &OutboxTable) -> Result<OutboxConnection, Con
         &mut connection.ca,
         |ca| {
             let config = crate::tls::database_client_config(ca)?;
-            Ok(Some(DatabaseCa {
+            Ok::<_, String>(Some(DatabaseCa {
                 reference: ca.clone(),
                 config,
             }))
@@ -273,11 +278,11 @@ fn reference(written: &str, url: &DatabaseUrl) -> String {
     }
 }
 
-fn check<T>(
+fn check<T, E: Reason>(
     src: &Source,
     value: &Spanned<String>,
     key: &str,
-    parse: impl FnOnce(&str) -> Result<T, String>,
+    parse: impl FnOnce(&str) -> Result<T, E>,
 ) -> Result<T, ConfigError> {
     parse(value.get_ref()).map_err(|reason| src.bad(value, key, reason))
 }
@@ -328,6 +333,7 @@ fn table(outbox: &OutboxSettings) -> OutboxTable {
             OnDead::Block => OnDeadChoice::Block,
         }),
         keep_delivered: humane(relay.keep_delivered),
+        keep_dead: relay.keep_dead.and_then(humane),
         upstream_ca: tls.ca_reference().and_then(|ca| unspanned(ca.to_owned())),
         upstream_client_cert: identity.and_then(|(cert, _)| unspanned(cert.to_owned())),
         upstream_client_key: identity.and_then(|(_, key)| unspanned(key.to_owned())),

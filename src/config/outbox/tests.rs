@@ -234,9 +234,17 @@ fn the_connection_keys_are_read_printed_and_refused_with_their_key() {
     );
 
     let set = load_text(&format!(
-        "{base}pool_size = 3\nstatement_timeout = \"750ms\"\n"
+        "{base}pool_size = 3\nstatement_timeout = \"750ms\"\nkeep_dead = \"30d\"\n"
     ))
     .unwrap();
+    assert_eq!(
+        set.outboxes[0].relay.keep_dead,
+        Some(Duration::from_secs(30 * 86_400))
+    );
+    assert_eq!(
+        defaults.outboxes[0].relay.keep_dead, None,
+        "kept until deleted"
+    );
     let connection = &set.outboxes[0].connection;
     assert_eq!(
         (connection.pool_size, connection.statement_timeout),

@@ -54,7 +54,7 @@ pub(in crate::config) fn apply(
         &mut delivery.deliver_rate,
         |n| {
             let rate = positive(*n, 100_000)? as u32;
-            Ok(NonZeroU32::new(rate))
+            Ok::<_, String>(NonZeroU32::new(rate))
         },
     )
 }

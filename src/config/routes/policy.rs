@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use crate::config::common::error::ConfigError;
+use crate::config::common::error::{ConfigError, Reason};
 use crate::config::common::source::Source;
 use crate::config::common::values::{duration, header, headers, method, optional_header, status};
 use crate::config::routes::keys::{FingerprintBodyMode, PolicyTable};
@@ -153,7 +153,7 @@ fn apply_key_source(
         header(h).map(KeySource::Header)
     })?;
     src.set("key_body_pointer", &table.key_body_pointer, source, |p| {
-        Ok(KeySource::BodyPointer(p.clone()))
+        Ok::<_, std::convert::Infallible>(KeySource::BodyPointer(p.clone()))
     })
 }
 
@@ -209,7 +209,7 @@ fn apply_fingerprint_body(
         .iter()
         .map(|pointer| JsonPointer::parse(pointer))
         .collect::<Result<_, _>>()
-        .map_err(bad)?;
+        .map_err(|e| bad(e.into_reason()))?;
     match body {
         FingerprintBody::Json { ignore } => *ignore = pointers,
         FingerprintBody::Bytes if pointers.is_empty() => {}

@@ -7,6 +7,7 @@ use std::time::SystemTime;
 use axum::http::StatusCode;
 use percent_encoding::percent_decode_str;
 
+use super::problem::AdminProblem;
 use idempotency_core::Problem;
 
 /// Dead deliveries listed when `limit` is not given, and the most one page may hold.
@@ -27,7 +28,7 @@ impl<Id> Page<Id> {
         query: Option<&str>,
         id: impl Fn(&str) -> Option<Id>,
         not_an_id: &'static str,
-    ) -> Result<Self, Problem> {
+    ) -> Result<Self, AdminProblem> {
         let mut page = Page {
             limit: DEFAULT_PAGE,
             after: None,
@@ -58,11 +59,11 @@ pub(super) fn rfc3339(at: SystemTime) -> String {
 
 /// `204` for a retry or delete that found its dead delivery; `404 no-delivery` for one that
 /// did not (never dead, delivered since, or deleted by someone else first).
-pub(super) fn done(found: bool) -> Result<StatusCode, Problem> {
+pub(super) fn done(found: bool) -> Result<StatusCode, AdminProblem> {
     if found {
         Ok(StatusCode::NO_CONTENT)
     } else {
-        Err(Problem::NoDelivery)
+        Err(AdminProblem::NoDelivery)
     }
 }
 
@@ -70,7 +71,7 @@ pub(super) fn done(found: bool) -> Result<StatusCode, Problem> {
 mod tests {
     use super::*;
 
-    fn page(query: &str) -> Result<Page<String>, Problem> {
+    fn page(query: &str) -> Result<Page<String>, AdminProblem> {
         Page::parse(Some(query), |id| Some(id.to_owned()), "after must be an id")
     }
 
@@ -85,12 +86,15 @@ mod tests {
     #[test]
     fn refuses_a_limit_out_of_range_and_an_after_that_is_no_id() {
         for bad in ["limit=0", "limit=1001", "limit=ten", "limit=", "after=%FF"] {
-            assert!(matches!(page(bad), Err(Problem::BadRequest(_))), "{bad}");
+            assert!(
+                matches!(page(bad), Err(AdminProblem::Layer(Problem::BadRequest(_)))),
+                "{bad}"
+            );
         }
         let refused = Page::<String>::parse(Some("after=x"), |_| None, "after must be an id");
         assert_eq!(
             refused.unwrap_err(),
-            Problem::BadRequest("after must be an id")
+            AdminProblem::Layer(Problem::BadRequest("after must be an id"))
         );
     }
 }

@@ -6,6 +6,7 @@
 //! error: `404 no-route` for a route that is not an inbox, `404 no-delivery` for an id that
 //! names no dead delivery.
 
+use idempotency_core::proxy::ErrorChain;
 use std::time::SystemTime;
 
 use axum::extract::{Path, State};
@@ -14,6 +15,7 @@ use axum::Json;
 use serde_json::json;
 
 use super::dead::{done, rfc3339, Page};
+use super::problem::AdminProblem;
 use super::{AdminState, AdminView};
 use crate::store::{Inbox, StoreError};
 use idempotency_core::backend::{Delivery, DeliveryId, InboxQueues, RouteName};
@@ -21,30 +23,30 @@ use idempotency_core::policy::RouteMode;
 use idempotency_core::Problem;
 
 /// The store failed; the operator gets `503 store-unavailable` and the log says why.
-fn unavailable(error: &StoreError) -> Problem {
-    tracing::warn!(error = %error, "admin: store unavailable");
-    Problem::StoreUnavailable
+fn unavailable(error: &StoreError) -> AdminProblem {
+    tracing::warn!(error = %ErrorChain(error), "admin: store unavailable");
+    Problem::StoreUnavailable.into()
 }
 
 /// The inbox of `route`, if it is an inbox route of the running config.
-fn inbox<'v>(view: &'v AdminView, route: &str) -> Result<(&'v dyn Inbox, RouteName), Problem> {
+fn inbox<'v>(view: &'v AdminView, route: &str) -> Result<(&'v dyn Inbox, RouteName), AdminProblem> {
     let policy = view.policies.get(route).ok_or(Problem::NoRoute)?;
     if policy.mode != RouteMode::Inbox {
-        return Err(Problem::NoRoute);
+        return Err(Problem::NoRoute.into());
     }
     let inbox = view.store.inbox().ok_or(Problem::NoRoute)?;
     Ok((inbox, policy.route.clone()))
 }
 
 /// An id in a path: one that cannot be an id names no delivery.
-fn delivery_id(raw: &str) -> Result<DeliveryId, Problem> {
-    raw.parse().map_err(|_| Problem::NoDelivery)
+fn delivery_id(raw: &str) -> Result<DeliveryId, AdminProblem> {
+    raw.parse().map_err(|_| AdminProblem::NoDelivery)
 }
 
 pub(super) async fn queues(
     State(state): State<AdminState>,
     Path(route): Path<String>,
-) -> Result<Json<InboxQueues>, Problem> {
+) -> Result<Json<InboxQueues>, AdminProblem> {
     let view = state.view.load_full();
     let (inbox, route) = inbox(&view, &route)?;
     let queues = inbox.queues(&route, SystemTime::now()).await;
@@ -55,7 +57,7 @@ pub(super) async fn dead(
     State(state): State<AdminState>,
     Path(route): Path<String>,
     uri: Uri,
-) -> Result<Json<serde_json::Value>, Problem> {
+) -> Result<Json<serde_json::Value>, AdminProblem> {
     let view = state.view.load_full();
     let (inbox, route) = inbox(&view, &route)?;
     let id = |raw: &str| raw.parse().ok();
@@ -82,7 +84,7 @@ fn dead_view(delivery: &Delivery) -> serde_json::Value {
 pub(super) async fn retry(
     State(state): State<AdminState>,
     Path((route, id)): Path<(String, String)>,
-) -> Result<StatusCode, Problem> {
+) -> Result<StatusCode, AdminProblem> {
     let view = state.view.load_full();
     let (inbox, route) = inbox(&view, &route)?;
     let id = delivery_id(&id)?;
@@ -95,7 +97,7 @@ pub(super) async fn retry(
 pub(super) async fn remove(
     State(state): State<AdminState>,
     Path((route, id)): Path<(String, String)>,
-) -> Result<StatusCode, Problem> {
+) -> Result<StatusCode, AdminProblem> {
     let view = state.view.load_full();
     let (inbox, route) = inbox(&view, &route)?;
     let id = delivery_id(&id)?;

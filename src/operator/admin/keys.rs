@@ -3,6 +3,7 @@
 //! A record is addressed as a client would address it: the route, the raw key, and the raw
 //! scope header value when the route names one, so an operator never has to compute digests.
 
+use idempotency_core::proxy::ErrorChain;
 use std::time::{Duration, SystemTime};
 
 use axum::extract::{Path, RawQuery, State};
@@ -10,6 +11,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde_json::json;
 
+use super::problem::AdminProblem;
 use super::{AdminState, AdminView};
 use crate::store::{Removal, Removed, StoreError};
 use idempotency_core::backend::{
@@ -23,14 +25,14 @@ use idempotency_core::Problem;
 pub(crate) const SCOPE_HEADER: &str = "x-idempotency-scope";
 
 /// Why a key endpoint cannot do what was asked; the admin router renders it as problem+json.
-fn unavailable(error: &StoreError) -> Problem {
-    tracing::warn!(error = %error, "admin: store unavailable");
-    Problem::StoreUnavailable
+fn unavailable(error: &StoreError) -> AdminProblem {
+    tracing::warn!(error = %ErrorChain(error), "admin: store unavailable");
+    Problem::StoreUnavailable.into()
 }
 
 /// `?force=true` on `DELETE`: drop the record even while its request runs. Anything but
 /// `true` or `false` is refused rather than read as either.
-fn forced(query: Option<&str>) -> Result<bool, Problem> {
+fn forced(query: Option<&str>) -> Result<bool, AdminProblem> {
     let pairs = query.unwrap_or_default().split('&');
     match pairs
         .filter_map(|pair| pair.strip_prefix("force="))
@@ -38,7 +40,7 @@ fn forced(query: Option<&str>) -> Result<bool, Problem> {
     {
         None | Some("false") => Ok(false),
         Some("true") => Ok(true),
-        Some(_) => Err(Problem::BadRequest("force must be true or false")),
+        Some(_) => Err(Problem::BadRequest("force must be true or false").into()),
     }
 }
 
@@ -47,9 +49,9 @@ fn scoped_key(
     route: &str,
     key: String,
     headers: &HeaderMap,
-) -> Result<ScopedKey, Problem> {
+) -> Result<ScopedKey, AdminProblem> {
     let policy = view.policies.get(route).ok_or(Problem::NoRoute)?;
-    let key = IdempotencyKey::new(key)?;
+    let key = IdempotencyKey::new(key).map_err(Problem::from)?;
     let scope = policy
         .scope_header
         .as_ref()
@@ -62,11 +64,11 @@ pub(super) async fn inspect(
     State(state): State<AdminState>,
     Path((route, key)): Path<(String, String)>,
     headers: HeaderMap,
-) -> Result<Json<serde_json::Value>, Problem> {
+) -> Result<Json<serde_json::Value>, AdminProblem> {
     let view = state.view.load_full();
     let key = scoped_key(&view, &route, key, &headers)?;
     let found = view.store.get(&key).await.map_err(|e| unavailable(&e))?;
-    let (record, expires_in) = found.ok_or(Problem::NoRecord)?;
+    let (record, expires_in) = found.ok_or(AdminProblem::NoRecord)?;
     Ok(Json(record_view(&record, expires_in)))
 }
 
@@ -78,7 +80,7 @@ pub(super) async fn remove(
     Path((route, key)): Path<(String, String)>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-) -> Result<StatusCode, Problem> {
+) -> Result<StatusCode, AdminProblem> {
     let force = forced(query.as_deref())?;
     let view = state.view.load_full();
     let key = scoped_key(&view, &route, key, &headers)?;
@@ -93,8 +95,8 @@ pub(super) async fn remove(
         .await
         .map_err(|e| unavailable(&e))?
     {
-        Removed::Missing => Err(Problem::NoRecord),
-        Removed::KeptInFlight => Err(Problem::RecordInFlight),
+        Removed::Missing => Err(AdminProblem::NoRecord),
+        Removed::KeptInFlight => Err(AdminProblem::RecordInFlight),
         Removed::Removed => {
             let (route, key) = (key.route(), key.log_id());
             tracing::info!(%route, %key, force, "record removed by an operator");

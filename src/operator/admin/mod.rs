@@ -14,6 +14,7 @@ mod inbox;
 mod keys;
 mod outbox;
 mod page;
+mod problem;
 mod recorder;
 
 use std::collections::HashMap;
@@ -35,12 +36,14 @@ use crate::operator::scraped::ScrapedGauges;
 use crate::operator::status::Status;
 use crate::outbox::Outboxes;
 use crate::store::Store;
+use idempotency_core::proxy::ErrorChain;
 use idempotency_core::Policy;
-use idempotency_core::Problem;
 use idempotency_core::ProblemBase;
 use idempotency_core::Secret;
 
 use batching::MetricsHandle;
+pub use problem::problem_types;
+use problem::AdminProblem;
 pub(crate) use recorder::metrics_handle;
 
 /// What the admin endpoints reach into, from the running config: the store (with the replay
@@ -144,7 +147,7 @@ async fn require_token(State(state): State<AdminState>, request: Request, next: 
     if given.is_some_and(|given| token.matches(given)) {
         return next.run(request).await;
     }
-    let mut refused = Problem::Unauthorized.into_response();
+    let mut refused = AdminProblem::Unauthorized.into_response();
     refused
         .headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -168,7 +171,7 @@ async fn render_problems(
 async fn reload_config(State(state): State<AdminState>) -> Response {
     match state.reload.reload().await {
         Ok(digest) => Json(json!({ "digest": digest })).into_response(),
-        Err(e) => Problem::BadConfig(e.to_string()).into_response(),
+        Err(e) => AdminProblem::BadConfig(e.to_string()).into_response(),
     }
 }
 
@@ -178,7 +181,7 @@ async fn readyz(State(state): State<AdminState>) -> Response {
     let store = state.view.load().store.clone();
     let mut unready = Vec::new();
     if let Err(e) = store.ping().await {
-        tracing::warn!(error = %e, "readiness check: store unreachable");
+        tracing::warn!(error = %ErrorChain(&e), "readiness check: store unreachable");
         unready.push("store unreachable".to_owned());
     }
     unready.extend(state.outboxes.unready());

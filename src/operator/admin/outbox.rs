@@ -13,9 +13,11 @@
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, Uri};
 use axum::Json;
+use idempotency_core::proxy::ErrorChain;
 use serde_json::json;
 
 use super::dead::{done, rfc3339, Page};
+use super::problem::AdminProblem;
 use super::AdminState;
 use idempotency_core::Problem;
 use idempotency_outbox::{DeadFilter, DeadRow, EventId, Outbox, OutboxCounts, OutboxError};
@@ -26,25 +28,25 @@ const BULK_DEFAULT: u32 = 1000;
 const BULK_MAX: u32 = 10_000;
 
 /// The outbox named `name` in the config.
-fn outbox(state: &AdminState, name: &str) -> Result<Outbox, Problem> {
-    state.outboxes.get(name).ok_or(Problem::NoOutbox)
+fn outbox(state: &AdminState, name: &str) -> Result<Outbox, AdminProblem> {
+    state.outboxes.get(name).ok_or(AdminProblem::NoOutbox)
 }
 
 /// The database failed; the operator gets `503 outbox-unavailable` and the log says why.
-fn unavailable(outbox: &Outbox, error: &OutboxError) -> Problem {
-    tracing::warn!(outbox = %outbox.name(), error = %error, "admin: outbox database unavailable");
-    Problem::OutboxUnavailable
+fn unavailable(outbox: &Outbox, error: &OutboxError) -> AdminProblem {
+    tracing::warn!(outbox = %outbox.name(), error = %ErrorChain(error), "admin: outbox database unavailable");
+    AdminProblem::OutboxUnavailable
 }
 
 /// An id in a path: one that cannot be an event's id names no dead row.
-fn event_id(raw: String) -> Result<EventId, Problem> {
-    EventId::new(raw).map_err(|_| Problem::NoDelivery)
+fn event_id(raw: String) -> Result<EventId, AdminProblem> {
+    EventId::new(raw).map_err(|_| AdminProblem::NoDelivery)
 }
 
 pub(super) async fn counts(
     State(state): State<AdminState>,
     Path(name): Path<String>,
-) -> Result<Json<OutboxCounts>, Problem> {
+) -> Result<Json<OutboxCounts>, AdminProblem> {
     let outbox = outbox(&state, &name)?;
     let counts = outbox.counts().await;
     Ok(Json(counts.map_err(|e| unavailable(&outbox, &e))?))
@@ -54,7 +56,7 @@ pub(super) async fn dead(
     State(state): State<AdminState>,
     Path(name): Path<String>,
     uri: Uri,
-) -> Result<Json<serde_json::Value>, Problem> {
+) -> Result<Json<serde_json::Value>, AdminProblem> {
     let outbox = outbox(&state, &name)?;
     let id = |raw: &str| EventId::new(raw).ok();
     let page = Page::parse(uri.query(), id, "after must be an event id")?;
@@ -86,7 +88,7 @@ fn dead_view(row: &DeadRow) -> serde_json::Value {
 pub(super) async fn retry(
     State(state): State<AdminState>,
     Path((name, id)): Path<(String, String)>,
-) -> Result<StatusCode, Problem> {
+) -> Result<StatusCode, AdminProblem> {
     let outbox = outbox(&state, &name)?;
     let id = event_id(id)?;
     let revived = outbox.retry_dead(id.as_str()).await;
@@ -98,7 +100,7 @@ pub(super) async fn retry(
 pub(super) async fn remove(
     State(state): State<AdminState>,
     Path((name, id)): Path<(String, String)>,
-) -> Result<StatusCode, Problem> {
+) -> Result<StatusCode, AdminProblem> {
     let outbox = outbox(&state, &name)?;
     let id = event_id(id)?;
     let deleted = outbox.delete_dead(id.as_str()).await;
@@ -108,7 +110,7 @@ pub(super) async fn remove(
 }
 
 /// Reads a bulk call's filters; an unknown parameter or a bad value is `400 bad-request`.
-fn filter(query: Option<&str>) -> Result<DeadFilter, Problem> {
+fn filter(query: Option<&str>) -> Result<DeadFilter, AdminProblem> {
     let mut filter = DeadFilter {
         limit: BULK_DEFAULT,
         ..DeadFilter::default()
@@ -141,7 +143,8 @@ fn filter(query: Option<&str>) -> Result<DeadFilter, Problem> {
             _ => {
                 return Err(Problem::BadRequest(
                     "the filters are topic, aggregate_id, before and limit",
-                ))
+                )
+                .into())
             }
         }
     }
@@ -152,7 +155,7 @@ pub(super) async fn retry_matching(
     State(state): State<AdminState>,
     Path(name): Path<String>,
     uri: Uri,
-) -> Result<Json<serde_json::Value>, Problem> {
+) -> Result<Json<serde_json::Value>, AdminProblem> {
     let outbox = outbox(&state, &name)?;
     let filter = filter(uri.query())?;
     let retried = outbox.retry_dead_matching(&filter).await;
@@ -165,7 +168,7 @@ pub(super) async fn remove_matching(
     State(state): State<AdminState>,
     Path(name): Path<String>,
     uri: Uri,
-) -> Result<Json<serde_json::Value>, Problem> {
+) -> Result<Json<serde_json::Value>, AdminProblem> {
     let outbox = outbox(&state, &name)?;
     let filter = filter(uri.query())?;
     let deleted = outbox.delete_dead_matching(&filter).await;

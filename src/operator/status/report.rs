@@ -1,6 +1,7 @@
 //! The `/status` answer: everything the page draws, read from the [`Status`], the store and
 //! the outboxes' tables.
 
+use idempotency_core::proxy::ErrorChain;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -175,7 +176,7 @@ impl Status {
         let (health, ping_ms) = match timeout(PROBE_TIMEOUT, store.ping()).await {
             Ok(Ok(())) => ("ok", Some(started.elapsed().as_secs_f64() * 1000.0)),
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "status page: store unreachable");
+                tracing::warn!(error = %ErrorChain(&e), "status page: store unreachable");
                 ("unreachable", None)
             }
             Err(_) => ("timed out", None),

@@ -102,7 +102,7 @@ struct FixedInbox(Option<InboxQueues>);
 #[async_trait]
 impl InboxStats for FixedInbox {
     async fn queues(&self) -> Result<InboxQueues, StoreError> {
-        self.0.ok_or_else(|| StoreError::Unavailable("down".into()))
+        self.0.ok_or_else(|| StoreError::unavailable("down"))
     }
 }
 
@@ -141,7 +141,7 @@ struct FixedOutbox(Option<OutboxCounts>);
 #[async_trait]
 impl OutboxStats for FixedOutbox {
     async fn counts(&self) -> Result<OutboxCounts, StoreError> {
-        self.0.ok_or_else(|| StoreError::Unavailable("down".into()))
+        self.0.ok_or_else(|| StoreError::unavailable("down"))
     }
 }
 

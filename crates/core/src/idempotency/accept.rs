@@ -32,7 +32,7 @@ pub(super) async fn accept(ctx: &Context, request: &KeyedRequest) -> Result<Acce
     // is still answered, not a panic.
     let (Some(inbox), Some(hook)) = (ctx.store.inbox(), &ctx.inbox) else {
         let reason = "inbox routes need a store that supports them";
-        return Err(StoreError::Unavailable(reason.into()));
+        return Err(StoreError::unavailable(reason));
     };
     let delivery = Delivery::new(request.key.clone(), stored(request, hook));
     let ack = acknowledgement(ctx, request, &delivery);

@@ -7,6 +7,7 @@
 //! it reached the store (the store stalled, or this process was paused) is still kept when
 //! nobody has taken the key since. A record another request made always stands.
 
+use crate::error::ErrorChain;
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, StatusCode};
@@ -68,7 +69,7 @@ impl Held {
                 Ok(Fenced::LeaseLost) if attempt > 0 && self.stored_by_us(ctx).await => return,
                 Ok(Fenced::LeaseLost) => return self.complete_after_the_lease(ctx, record).await,
                 Err(e) => {
-                    tracing::warn!(key = %self.key.log_id(), attempt, error = %e, "storing the outcome failed");
+                    tracing::warn!(key = %self.key.log_id(), attempt, error = %ErrorChain(&e), "storing the outcome failed");
                     if Instant::now() + pause >= deadline {
                         break;
                     }
@@ -97,7 +98,7 @@ impl Held {
                 return;
             }
             Err(e) => {
-                tracing::error!(key = %log_id, error = %e, "outcome not stored: the lease ran out and the store cannot be reached");
+                tracing::error!(key = %log_id, error = %ErrorChain(&e), "outcome not stored: the lease ran out and the store cannot be reached");
                 return;
             }
         };
@@ -109,7 +110,7 @@ impl Held {
                 tracing::warn!(key = %log_id, "outcome not stored: the fresh reservation ran out too");
             }
             Err(e) => {
-                tracing::error!(key = %log_id, error = %e, "outcome not stored; the key frees when its lease runs out");
+                tracing::error!(key = %log_id, error = %ErrorChain(&e), "outcome not stored; the key frees when its lease runs out");
             }
         }
     }
@@ -122,7 +123,7 @@ impl Held {
     /// Frees the key, so a retry runs the operation again.
     pub(super) async fn release(&self, ctx: &Context) {
         if let Err(e) = ctx.store.release(&self.key, self.token).await {
-            tracing::warn!(key = %self.key.log_id(), error = %e, "releasing the key failed; it frees when its lease runs out");
+            tracing::warn!(key = %self.key.log_id(), error = %ErrorChain(&e), "releasing the key failed; it frees when its lease runs out");
         }
     }
 }

@@ -6,6 +6,7 @@
 //! call runs to its end and its outcome is recorded, and the client's retry gets the replay
 //! instead of a second execution.
 
+use crate::error::ErrorChain;
 use std::sync::Arc;
 
 use axum_core::body::Body;
@@ -126,7 +127,7 @@ impl Execution {
                 false
             }
             Err(e) => {
-                tracing::warn!(key = %held.key.log_id(), error = %e, "renewing the lease failed");
+                tracing::warn!(key = %held.key.log_id(), error = %ErrorChain(&e), "renewing the lease failed");
                 true
             }
         }

@@ -4,6 +4,7 @@
 //! request ends in one count and one call of the route's observer (`metrics.rs`): in the proxy,
 //! its log line.
 
+use crate::error::ErrorChain;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -239,7 +240,7 @@ where
     B: AnswerBody,
 {
     let policy = &ctx.policy;
-    tracing::warn!(route = %policy.route, key = %request.key.log_id(), error = %error, "store unavailable");
+    tracing::warn!(route = %policy.route, key = %request.key.log_id(), error = %ErrorChain(&error), "store unavailable");
     // A record that cannot be decoded is there, or a call whose reservation a machine crash
     // lost may still be running: forwarding could run the operation a second time, so both
     // are refused even under fail_open.

@@ -28,13 +28,14 @@ pub enum KeySource {
 
 impl KeySource {
     /// An RFC 6901 pointer: empty (the whole body) or starting with `/`.
-    pub(crate) fn check_pointer(raw: &str) -> Result<(), String> {
+    pub(crate) fn check_pointer(raw: &str) -> Result<(), PolicyError> {
         if raw.is_empty() || raw.starts_with('/') {
             return Ok(());
         }
-        Err(format!(
+        let reason = format!(
             "invalid JSON pointer {raw:?}: expected \"\" or a path starting with '/', such as \"/id\""
-        ))
+        );
+        Err(PolicyError::new("key_body_pointer", reason))
     }
 }
 
@@ -249,8 +250,7 @@ impl Policy {
             return Err(PolicyError::new(key, reason));
         }
         if let KeySource::BodyPointer(pointer) = &self.key_source {
-            KeySource::check_pointer(pointer)
-                .map_err(|reason| PolicyError::new("key_body_pointer", reason))?;
+            KeySource::check_pointer(pointer)?;
         }
         if self.protocol == Protocol::Grpc {
             validate_grpc(self)?;

@@ -12,7 +12,7 @@ use super::policy::{
 #[cfg(feature = "webhooks")]
 use super::verify::Verifier;
 use crate::grpc::{GrpcCode, Protocol};
-use crate::model::{FingerprintBody, RouteName};
+use crate::model::{FingerprintBody, RouteName, RouteNameError};
 use crate::units::ByteSize;
 
 /// Builds a [`Policy`] from the defaults of [`Policy::new`].
@@ -21,7 +21,7 @@ use crate::units::ByteSize;
 pub struct PolicyBuilder {
     policy: Policy,
     /// Why the route's name is not one, if it is not: [`build`](PolicyBuilder::build) says so.
-    route_error: Option<String>,
+    route_error: Option<RouteNameError>,
 }
 
 /// One setter per plain field: the same shape each time, with its own documentation.
@@ -360,8 +360,8 @@ impl PolicyBuilder {
     /// # Ok::<(), idempotency_core::PolicyError>(())
     /// ```
     pub fn build(self) -> Result<Policy, PolicyError> {
-        if let Some(reason) = self.route_error {
-            return Err(PolicyError::new("name", reason));
+        if let Some(refused) = self.route_error {
+            return Err(PolicyError::new("name", refused.to_string()));
         }
         self.policy.validate()?;
         Ok(self.policy)

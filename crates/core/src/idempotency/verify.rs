@@ -20,7 +20,8 @@ use http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-use crate::secret::Secret;
+use idempotency_delivery::signing::{standard_webhooks_key, WebhookKeyError};
+use idempotency_delivery::Secret;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -43,6 +44,17 @@ pub enum Scheme {
 /// names what was wrong without echoing anything computed from the secret.
 pub type Refusal = &'static str;
 
+/// Why a route's signature check cannot be built from its settings.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerifierError {
+    /// A `github` route given a `tolerance`: GitHub signs no timestamp.
+    #[error("github signatures carry no timestamp; remove tolerance")]
+    ToleranceWithoutTimestamp,
+    /// A `standard-webhooks` secret that is not `whsec_<base64>`.
+    #[error(transparent)]
+    Key(#[from] WebhookKeyError),
+}
+
 /// A route's signature check: the scheme, its secret, and the timestamp tolerance.
 #[derive(Clone)]
 pub struct Verifier {
@@ -60,15 +72,15 @@ impl Verifier {
         scheme: Scheme,
         secret: Secret,
         tolerance: Option<Duration>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, VerifierError> {
         if scheme == Scheme::Github && tolerance.is_some() {
-            return Err("github signatures carry no timestamp; remove tolerance".into());
+            return Err(VerifierError::ToleranceWithoutTimestamp);
         }
         let key = match scheme {
             Scheme::StandardWebhooks => standard_webhooks_key(&secret)?,
             Scheme::Github | Scheme::Stripe => secret.expose().to_vec(),
         };
-        let mac = HmacSha256::new_from_slice(&key).map_err(|e| e.to_string())?;
+        let mac = HmacSha256::new_from_slice(&key).expect("HMAC takes a key of any length");
         Ok(Self {
             scheme,
             secret,
@@ -192,22 +204,6 @@ fn single<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<&'h str, Ref
         (None, _) => Err("a signature header is missing"),
         (Some(_), Some(_)) => Err("a signature header is repeated"),
     }
-}
-
-/// A Standard Webhooks secret is `whsec_` followed by the base64 of the key.
-pub(crate) fn standard_webhooks_key(secret: &Secret) -> Result<Vec<u8>, String> {
-    let bad = || {
-        format!(
-            "the secret in {} must be whsec_<base64>, as the sender shows it",
-            secret.reference()
-        )
-    };
-    let encoded = secret.expose().strip_prefix(b"whsec_").ok_or_else(bad)?;
-    base64::engine::general_purpose::STANDARD
-        .decode(encoded)
-        .ok()
-        .filter(|key| !key.is_empty())
-        .ok_or_else(bad)
 }
 
 #[cfg(test)]

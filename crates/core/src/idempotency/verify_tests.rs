@@ -119,3 +119,27 @@ fn standard_webhooks_signs_id_timestamp_and_body() {
     let raw = secret("sw2", "not-whsec");
     assert!(Verifier::new(Scheme::StandardWebhooks, raw, None).is_err());
 }
+
+#[test]
+fn what_the_outbox_signs_the_receiving_check_accepts() {
+    use idempotency_delivery::signing::WebhookSigner;
+
+    let secret = secret("round-trip", "whsec_c2VjcmV0LWtleS1vZi10aGUtc2VuZGVy");
+    let signer = WebhookSigner::new(&secret).unwrap();
+    let verifier = Verifier::new(Scheme::StandardWebhooks, secret, None).unwrap();
+    let signed = |body: &[u8]| {
+        headers(&[
+            ("webhook-id", "evt_1".to_owned()),
+            ("webhook-timestamp", NOW.to_string()),
+            ("webhook-signature", signer.sign("evt_1", NOW, body)),
+        ])
+    };
+    assert_eq!(verifier.verify(&signed(b"{}"), b"{}", at(NOW)), Ok(()));
+    assert!(verifier.verify(&signed(b"{}"), b"{ }", at(NOW)).is_err());
+    assert!(
+        verifier
+            .verify(&signed(b"{}"), b"{}", at(NOW + 3600))
+            .is_err(),
+        "stale"
+    );
+}

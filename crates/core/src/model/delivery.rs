@@ -148,7 +148,7 @@ pub struct InboxQueues {
     /// the millisecond; shown as `oldest_pending_seconds`, fractional seconds.
     #[serde(
         rename = "oldest_pending_seconds",
-        serialize_with = "crate::units::fractional_seconds::serialize"
+        serialize_with = "idempotency_delivery::fractional_seconds::serialize"
     )]
     pub oldest_pending: Duration,
 }

@@ -124,6 +124,21 @@ fn parse_sf_string(raw: &[u8]) -> Result<String, KeyError> {
     Err(KeyError::MalformedString)
 }
 
+/// A name that cannot be a route's: empty, longer than 64 bytes, or holding a character other
+/// than a letter, a digit, `-`, `_` or `.`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("route name {name:?} must be 1 to 64 characters of letters, digits, '-', '_' or '.'")]
+pub struct RouteNameError {
+    name: String,
+}
+
+impl RouteNameError {
+    /// The name refused.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
 /// A route name: what a key is unique within, before any client scope.
 ///
 /// Shared: every keyed request names its route, and copying the name was an allocation each.
@@ -135,13 +150,11 @@ impl RouteName {
     pub const DEFAULT: &'static str = "default";
 
     /// Route names are restricted so that they can never collide inside a storage key.
-    pub fn new(name: impl Into<String>) -> Result<Self, String> {
+    pub fn new(name: impl Into<String>) -> Result<Self, RouteNameError> {
         let name = name.into();
         let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
         if name.is_empty() || name.len() > 64 || !name.chars().all(valid_char) {
-            return Err(format!(
-                "route name {name:?} must be 1 to 64 characters of letters, digits, '-', '_' or '.'"
-            ));
+            return Err(RouteNameError { name });
         }
         Ok(Self(name.into()))
     }
@@ -265,6 +278,7 @@ impl ScopedKey {
     /// The same name with the client's key replaced by its SHA-256, for a store whose contents
     /// must not show raw keys (encryption at rest). It is a plain digest, not keyed by the
     /// encryption key, so it stays the same across key rotation and admin lookups still find it.
+    #[cfg(feature = "sealing")]
     pub(crate) fn with_hashed_key(&self) -> ScopedKey {
         let digest = Sha256::digest(self.0.key.as_str().as_bytes());
         let key = IdempotencyKey(hex::encode(digest));

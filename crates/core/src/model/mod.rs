@@ -23,6 +23,8 @@ pub use delivery::{
 pub use delivery_encoding::MAX_ERROR_LEN;
 pub use encoding::RecordError;
 pub use fingerprint::{Fingerprint, FingerprintBody, Part, PartDigests};
-pub use key::{ClientScope, IdempotencyKey, KeyError, LogId, RouteName, ScopedKey, MAX_KEY_LEN};
+pub use key::{
+    ClientScope, IdempotencyKey, KeyError, LogId, RouteName, RouteNameError, ScopedKey, MAX_KEY_LEN,
+};
 pub use record::{CompletedRecord, InFlightRecord, Record, StoredBody};
 pub use token::FencingToken;

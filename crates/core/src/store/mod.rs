@@ -23,4 +23,4 @@ pub use inbox::{Acceptance, Claim, Inbox, Settlement};
 pub use memory::MemoryStore;
 pub use replay_cache::ReplayCache;
 #[cfg(feature = "sealing")]
-pub use sealed::{SealedStore, SealingKey, SealingKeys};
+pub use sealed::{SealedStore, SealingKey, SealingKeyError, SealingKeyErrorKind, SealingKeys};

@@ -3,6 +3,10 @@
 //! change). All other modules are private, so these files are the whole surface; a type's
 //! methods are documented on it.
 //!
+//! The variants of [`Problem`](idempotency_core::Problem) are listed too (`Problem::NoRoute`):
+//! what the layer answers by itself is part of its contract, and only its own answers belong
+//! there.
+//!
 //! It also holds that no library crate of the workspace has a `#[doc(hidden)]` back door.
 
 use std::collections::BTreeSet;
@@ -127,7 +131,27 @@ fn api() -> Vec<String> {
         let code = std::fs::read_to_string(src().join(file)).unwrap();
         all.extend(public_names(&code, prefix));
     }
+    all.extend(problem_variants());
     all.into_iter().collect()
+}
+
+/// `Problem::Variant` for each variant of the enum, read from its definition.
+fn problem_variants() -> Vec<String> {
+    let code = std::fs::read_to_string(src().join("error.rs")).unwrap();
+    let (_, body) = code
+        .split_once("pub enum Problem {\n")
+        .expect("Problem is defined in error.rs");
+    let (body, _) = body.split_once("\n}\n").expect("the enum ends");
+    let variants: Vec<String> = body
+        .lines()
+        .filter(|line| line.starts_with("    ") && !line.starts_with("     "))
+        .map(str::trim)
+        .filter(|line| line.starts_with(|c: char| c.is_ascii_uppercase()))
+        .filter_map(|line| line.split(['(', ' ', ',', '{']).next())
+        .map(|name| format!("Problem::{name}"))
+        .collect();
+    assert!(variants.len() > 5, "{variants:?}");
+    variants
 }
 
 #[test]

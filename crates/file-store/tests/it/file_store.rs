@@ -84,7 +84,8 @@ async fn concurrent_reserves_of_different_keys_all_succeed_and_are_durable() {
 
 fn open_error(path: &Path) -> String {
     match FileStore::open(path) {
-        Err(StoreError::Open(message)) => message,
+        // The store's words and the cause behind them, as the proxy prints them.
+        Err(e @ StoreError::Open { .. }) => idempotency_core::proxy::ErrorChain(&e).to_string(),
         other => panic!("expected StoreError::Open, got {other:?}"),
     }
 }

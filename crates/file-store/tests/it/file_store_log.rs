@@ -218,7 +218,8 @@ fn a_segment_that_is_not_this_stores_stops_the_open_with_its_name() {
     let segment = segments(path.path()).pop().unwrap();
     std::fs::write(&segment, &foreign).unwrap();
     let message = match FileStore::open(path.path()) {
-        Err(StoreError::Open(message)) => message,
+        // The store's words and the cause behind them, as the proxy prints them.
+        Err(e @ StoreError::Open { .. }) => idempotency_core::proxy::ErrorChain(&e).to_string(),
         other => panic!("expected StoreError::Open, got {other:?}"),
     };
     assert!(message.contains(&*segment.to_string_lossy()), "{message}");

@@ -33,11 +33,11 @@ pub(super) async fn run(
         Ok(request) => {
             let outcome = send(&*shared.transport, request, config.deliver_timeout).await;
             drop(slot);
-            let sample = idempotency_core::proxy::backoff::random_sample();
+            let sample = idempotency_delivery::backoff::random_sample();
             let verdict = judge(
                 config,
                 row.attempt_number(),
-                row.age_now(),
+                row.budget_age_now(),
                 outcome,
                 sample,
                 SystemTime::now(),

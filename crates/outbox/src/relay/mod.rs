@@ -142,7 +142,7 @@ impl Relay {
 
 /// `pid-<process id>-<random>`: unique per relay, and telling which process holds a lease.
 fn lease_owner() -> String {
-    let random = idempotency_core::proxy::backoff::random_sample();
+    let random = idempotency_delivery::backoff::random_sample();
     format!("pid-{}-{random:016x}", std::process::id())
 }
 

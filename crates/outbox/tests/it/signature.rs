@@ -9,8 +9,8 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use common::{event, Db, HyperTransport, Receiver, Relays, WAIT};
-use idempotency_core::proxy::WebhookSigner;
-use idempotency_core::Secret;
+use idempotency_delivery::signing::WebhookSigner;
+use idempotency_delivery::Secret;
 use idempotency_test_support::temp::TempPath;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";

@@ -183,3 +183,58 @@ async fn a_table_of_the_earlier_layout_is_brought_to_this_one_at_start() {
     db.until_delivered("old-3").await;
     relay.drain(WAIT).await;
 }
+
+#[tokio::test]
+async fn keep_dead_deletes_dead_rows_once_that_old_and_their_aggregate_moves_on() {
+    let Some(db) = Db::fresh().await else { return };
+    let receiver = common::Receiver::start().await;
+    receiver.script("k1", [common::Reply::status(410)]);
+    let mut config = db.config(&receiver);
+    config.on_dead = OnDead::Block;
+    config.keep_dead = Some(Duration::from_millis(300));
+    let relay = db.outbox(config).start_relay(HyperTransport::shared());
+    db.commit(&[ordered("k1", "order-k"), ordered("k2", "order-k")])
+        .await;
+    // k1 dies, holds k2 back until it is deleted, then k2 goes.
+    db.until_delivered("k2").await;
+    assert!(db.row("k1").await.is_none(), "the dead row is deleted");
+    assert_eq!(
+        receiver
+            .keys()
+            .into_iter()
+            .filter(|k| k.starts_with('k'))
+            .collect::<Vec<_>>(),
+        ["k1", "k2"]
+    );
+    relay.drain(WAIT).await;
+}
+
+#[tokio::test]
+async fn a_retried_row_gets_a_fresh_age_budget_as_well_as_attempts() {
+    let Some(db) = Db::fresh().await else { return };
+    let receiver = common::Receiver::start().await;
+    // First a receiver that is down (nothing listens on its port) until the row dies of age.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let down = format!("http://{}/events", closed.local_addr().unwrap());
+    drop(closed);
+    let mut config = db.config(&receiver);
+    config.max_age = Duration::from_secs(3);
+    config.max_attempts = 100_000;
+    let mut outage = config.clone();
+    outage.deliver_to = Some(down.parse().unwrap());
+    let relay = db.outbox(outage).start_relay(HyperTransport::shared());
+    db.commit(&[event("old")]).await;
+    let dead = db.until_dead("old").await;
+    let why = dead.last_error.unwrap_or_default();
+    assert!(why.contains("max_age"), "it died of its age: {why}");
+    relay.drain(WAIT).await;
+
+    // The receiver is back but for one more failure: with the age counted from the insert,
+    // that failure would kill the row again at once.
+    receiver.script("old", [common::Reply::status(503)]);
+    let relay = db.outbox(config).start_relay(HyperTransport::shared());
+    assert!(relay.outbox().retry_dead("old").await.unwrap());
+    let delivered = db.until_delivered("old").await;
+    assert_eq!(delivered.attempts, 2, "one failure, then the delivery");
+    relay.drain(WAIT).await;
+}

@@ -60,7 +60,7 @@ async fn a_table_of_another_layout_is_refused_with_what_differs() {
         "CREATE TABLE idempotency_records (scope text, key text, payload jsonb)",
     );
     let refused = connect(server, &db, None).await.unwrap_err();
-    let StoreError::Open(why) = &refused else {
+    let StoreError::Open { context: why, .. } = &refused else {
         panic!("{refused}");
     };
     assert!(why.contains("public.idempotency_records"), "{why}");
@@ -154,7 +154,7 @@ async fn a_role_with_only_row_rights_opens_tables_its_owner_made_and_is_told_wha
         PostgresStore::connect(&url, &ConnectOptions::default(), None).await
     };
     // Nothing made yet, and this role may not make it: refused, naming what and how.
-    let Err(StoreError::Open(why)) = open_as(rows_only).await else {
+    let Err(StoreError::Open { context: why, .. }) = open_as(rows_only).await else {
         panic!("refused");
     };
     assert!(why.contains("idempotency_records"), "{why}");

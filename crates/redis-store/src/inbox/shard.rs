@@ -2,6 +2,7 @@
 //! script call (`inbox/scripts.rs`), and how a delivery is read back from a script's rows.
 //! `inbox/mod.rs` puts them together into the [`Inbox`](idempotency_core::backend::Inbox) operations of a route.
 
+use idempotency_core::proxy::ErrorChain;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -97,7 +98,7 @@ impl<C: RedisConnection> RedisStore<C> {
                 }
                 Err(e) => {
                     self.resting.failed(k.base());
-                    tracing::debug!(route = %queue, shard = k.base(), error = %e, "inbox: a queue shard did not answer a claim; passed over for a moment");
+                    tracing::debug!(route = %queue, shard = k.base(), error = %ErrorChain(&e), "inbox: a queue shard did not answer a claim; passed over for a moment");
                     failure = Some(e);
                     if !claims.is_empty() {
                         break;
@@ -148,14 +149,14 @@ impl<C: RedisConnection> RedisStore<C> {
     /// last error: it stays counted and removable, and never blocks a claim again. Should
     /// that fail too, it is claimed (and buried) again after its lease.
     async fn bury(&self, k: &ShardKeys, id: &str, token: FencingToken, error: &StoreError) {
-        tracing::warn!(shard = k.base(), delivery = id, error = %error, "inbox: a stored delivery cannot be decoded; it is dead");
+        tracing::warn!(shard = k.base(), delivery = id, error = %ErrorChain(error), "inbox: a stored delivery cannot be decoded; it is dead");
         let failure = AttemptFailure {
             status: None,
             error: Some(format!("cannot be decoded: {error}")),
         };
         let dead = Settlement::Dead { failure };
         if let Err(e) = self.settle_in(k, id, token, &dead).await {
-            tracing::warn!(delivery = id, error = %e, "inbox: an undecodable delivery could not be made dead yet");
+            tracing::warn!(delivery = id, error = %ErrorChain(&e), "inbox: an undecodable delivery could not be made dead yet");
         }
     }
 

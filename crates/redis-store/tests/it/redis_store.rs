@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use idempotency_core::backend::{FencingToken, ScopedKey};
+use idempotency_core::proxy::ErrorChain;
 use idempotency_core::{backend::Fenced, Store, StoreError};
 use idempotency_redis_store::RedisStore;
 use idempotency_test_support::records::{acquire, fp, outcome, small_body};
@@ -108,14 +109,18 @@ async fn reports_a_corrupt_value_instead_of_panicking(server: Server) {
 async fn redis_connect_failures_do_not_reveal_the_password() {
     let refused = RedisStore::connect("redis://proxy:s3cret-pw@127.0.0.1:1/0", "x:").await;
     match refused {
-        Err(StoreError::Unavailable(message)) => {
+        Err(e @ StoreError::Unavailable { .. }) => {
+            let message = ErrorChain(&e).to_string();
             assert!(!message.contains("s3cret-pw"), "{message}");
         }
         other => panic!("expected Unavailable, got {other:?}"),
     }
     let invalid = RedisStore::connect("redis://proxy:s3cret-pw@host:notaport", "x:").await;
     match invalid {
-        Err(StoreError::Open(message)) => assert!(!message.contains("s3cret-pw"), "{message}"),
+        Err(e @ StoreError::Open { .. }) => {
+            let message = ErrorChain(&e).to_string();
+            assert!(!message.contains("s3cret-pw"), "{message}");
+        }
         other => panic!("expected Open, got {other:?}"),
     }
 }

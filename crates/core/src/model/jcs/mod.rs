@@ -40,7 +40,7 @@ mod refusal;
 mod tree;
 mod write;
 
-pub use pointer::JsonPointer;
+pub use pointer::{JsonPointer, JsonPointerError};
 pub use refusal::{NotIJson, MAX_DEPTH};
 
 use parser::Parser;

@@ -15,22 +15,32 @@ pub struct JsonPointer {
     tokens: Vec<String>,
 }
 
+/// Why a text is not a JSON pointer a body can be fingerprinted without.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JsonPointerError {
+    /// The empty pointer, which names the whole body.
+    #[error(
+        "the empty JSON pointer names the whole body, and ignoring all of it would make every \
+         body look alike; name a member, such as \"/metadata/request_time\""
+    )]
+    Empty,
+    /// A pointer that does not start with `/`.
+    #[error("JSON pointer {0:?} must start with '/', such as \"/metadata/request_time\"")]
+    NotRooted(String),
+    /// A `~` not followed by `0` or `1`.
+    #[error("JSON pointer {0:?}: '~' must be followed by '0' (for '~') or '1' (for '/')")]
+    BadEscape(String),
+}
+
 impl JsonPointer {
     /// Parses RFC 6901 syntax (`~0` is `~`, `~1` is `/`). The empty pointer, which names the
     /// whole body, is refused: ignoring it would fingerprint every body alike.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, JsonPointerError> {
         if text.is_empty() {
-            return Err(
-                "the empty JSON pointer names the whole body, and ignoring all of it \
-                        would make every body look alike; name a member, such as \
-                        \"/metadata/request_time\""
-                    .to_owned(),
-            );
+            return Err(JsonPointerError::Empty);
         }
         let Some(rest) = text.strip_prefix('/') else {
-            return Err(format!(
-                "JSON pointer {text:?} must start with '/', such as \"/metadata/request_time\""
-            ));
+            return Err(JsonPointerError::NotRooted(text.to_owned()));
         };
         let tokens = rest
             .split('/')
@@ -49,15 +59,13 @@ impl JsonPointer {
 }
 
 /// RFC 6901's unescaping, in its order: `~1` to `/` first, then `~0` to `~`, so `~01` is `~1`.
-fn unescape_token(token: &str, pointer: &str) -> Result<String, String> {
+fn unescape_token(token: &str, pointer: &str) -> Result<String, JsonPointerError> {
     if token
         .split('~')
         .skip(1)
         .any(|after| !after.starts_with(['0', '1']))
     {
-        return Err(format!(
-            "JSON pointer {pointer:?}: '~' must be followed by '0' (for '~') or '1' (for '/')"
-        ));
+        return Err(JsonPointerError::BadEscape(pointer.to_owned()));
     }
     Ok(token.replace("~1", "/").replace("~0", "~"))
 }

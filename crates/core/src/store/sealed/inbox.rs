@@ -10,6 +10,7 @@
 //! A claimed delivery that no configured key opens is made dead at once, with the reason as
 //! its last error: it stays visible to an operator, and never blocks the queue.
 
+use crate::error::ErrorChain;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -24,7 +25,7 @@ use crate::store::api::{Fenced, Store, StoreError};
 use crate::store::inbox::{Acceptance, Claim, Inbox, Settlement};
 
 fn unsupported() -> StoreError {
-    StoreError::Unavailable("the store behind the sealing keeps no inbox queues".into())
+    StoreError::unavailable("the store behind the sealing keeps no inbox queues")
 }
 
 /// The associated data of a delivery's seal.
@@ -80,7 +81,7 @@ impl<S: Store + ?Sized> SealedStore<S> {
         match self.open_delivery(queue, &claim.delivery) {
             Ok(delivery) => Ok(Some(Claim { delivery, ..claim })),
             Err(e) => {
-                tracing::warn!(route = %queue, delivery = %claim.delivery.id, error = %e, "inbox: a stored delivery cannot be opened; it is dead");
+                tracing::warn!(route = %queue, delivery = %claim.delivery.id, error = %ErrorChain(&e), "inbox: a stored delivery cannot be opened; it is dead");
                 let failure = AttemptFailure {
                     status: None,
                     error: Some(format!("cannot be opened: {e}")),

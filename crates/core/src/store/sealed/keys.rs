@@ -12,10 +12,43 @@ use base64::Engine;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 
-use crate::secret::Secret;
+use idempotency_delivery::Secret;
 
 /// The length of a sealing key in bytes.
 pub(super) const KEY_LEN: usize = 32;
+
+/// A secret that cannot be a sealing key. Its text names the secret's reference, never a byte
+/// of its value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the key in {reference} {kind}")]
+pub struct SealingKeyError {
+    reference: String,
+    kind: SealingKeyErrorKind,
+}
+
+/// What is wrong with a sealing key's secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SealingKeyErrorKind {
+    /// Its bytes are not UTF-8 text.
+    #[error("is not text")]
+    NotText,
+    /// Not 32 bytes as 64 hex characters or as base64.
+    #[error("must be 32 bytes, as 64 hex characters or base64 (openssl rand -hex 32)")]
+    NotAKey,
+}
+
+impl SealingKeyError {
+    /// The reference of the refused secret (`env:NAME` or `file:PATH`).
+    pub fn reference(&self) -> &str {
+        &self.reference
+    }
+
+    /// What is wrong with it.
+    pub fn kind(&self) -> SealingKeyErrorKind {
+        self.kind
+    }
+}
 
 /// One key, and the reference it was read from (the only part that is ever printed).
 #[derive(Clone)]
@@ -26,9 +59,13 @@ pub struct SealingKey {
 
 impl SealingKey {
     /// Reads a key from a resolved secret. The reason for a refusal never quotes the secret.
-    pub fn from_secret(secret: &Secret) -> Result<Self, String> {
+    pub fn from_secret(secret: &Secret) -> Result<Self, SealingKeyError> {
+        let refused = |kind| SealingKeyError {
+            reference: secret.reference().to_owned(),
+            kind,
+        };
         let text = std::str::from_utf8(secret.expose())
-            .map_err(|_| format!("the key in {} is not text", secret.reference()))?
+            .map_err(|_| refused(SealingKeyErrorKind::NotText))?
             .trim();
         let bytes = if text.len() == 2 * KEY_LEN {
             hex::decode(text).ok()
@@ -36,12 +73,7 @@ impl SealingKey {
             base64::engine::general_purpose::STANDARD.decode(text).ok()
         };
         let key = bytes.and_then(|b| Key::try_from(b.as_slice()).ok());
-        let key = key.ok_or_else(|| {
-            format!(
-                "the key in {} must be 32 bytes, as 64 hex characters or base64 (openssl rand -hex 32)",
-                secret.reference()
-            )
-        })?;
+        let key = key.ok_or_else(|| refused(SealingKeyErrorKind::NotAKey))?;
         Ok(Self::from_key(secret.reference(), &key))
     }
 
@@ -135,7 +167,8 @@ mod tests {
         assert_eq!(b.open(&nonce, &sealed, b"key").unwrap(), b"record");
         for bad in ["ab".repeat(31), "zz".repeat(32), "c2hvcnQ=".into()] {
             let err = SealingKey::from_secret(&secret_file("bad", &bad)).unwrap_err();
-            assert!(!err.contains(&bad), "{err}");
+            assert_eq!(err.kind(), SealingKeyErrorKind::NotAKey);
+            assert!(!err.to_string().contains(&bad), "{err}");
         }
         assert!(!format!("{a:?}").contains("ab"));
     }

@@ -39,7 +39,7 @@ mod keys;
 #[cfg(test)]
 mod tests;
 
-pub use keys::{SealingKey, SealingKeys};
+pub use keys::{SealingKey, SealingKeyError, SealingKeyErrorKind, SealingKeys};
 
 /// Marks a sealed envelope, format 1.
 const MAGIC: &[u8; 4] = b"IPS1";
@@ -75,12 +75,12 @@ impl<S: Store + ?Sized> SealedStore<S> {
     /// `MAGIC ‖ nonce ‖ ciphertext` of `plain` under the current key, bound to `name`.
     fn seal_bytes(&self, name: &str, plain: &[u8]) -> Result<Bytes, StoreError> {
         let nonce = Nonce::try_generate()
-            .map_err(|e| StoreError::Unavailable(format!("no randomness for a nonce: {e}")))?;
+            .map_err(|e| StoreError::unavailable_from("no randomness for a nonce", e))?;
         let sealed = self
             .keys
             .current()
             .seal(&nonce, plain, name.as_bytes())
-            .ok_or_else(|| StoreError::Unavailable("the record is too large to seal".into()))?;
+            .ok_or_else(|| StoreError::unavailable("the record is too large to seal"))?;
         let mut body = BytesMut::with_capacity(MAGIC.len() + NONCE_LEN + sealed.len());
         body.put_slice(MAGIC);
         body.put_slice(&nonce);

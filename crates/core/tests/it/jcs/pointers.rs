@@ -1,13 +1,16 @@
 //! `fingerprint_ignore` pointers: their RFC 6901 syntax, and what removing them does.
 
 use super::canon_ignoring;
-use idempotency_core::policy::JsonPointer;
+use idempotency_core::policy::{JsonPointer, JsonPointerError};
 
 #[test]
 fn a_pointer_must_start_with_a_slash() {
     let empty = JsonPointer::parse("").unwrap_err();
-    assert!(empty.contains("whole body"), "{empty}");
-    let relative = JsonPointer::parse("metadata/request_time").unwrap_err();
+    assert_eq!(empty, JsonPointerError::Empty);
+    assert!(empty.to_string().contains("whole body"), "{empty}");
+    let relative = JsonPointer::parse("metadata/request_time")
+        .unwrap_err()
+        .to_string();
     assert!(relative.contains("must start with '/'"), "{relative}");
     assert!(relative.contains("metadata/request_time"), "{relative}");
 }
@@ -16,6 +19,8 @@ fn a_pointer_must_start_with_a_slash() {
 fn a_tilde_must_escape_a_tilde_or_a_slash() {
     for bad in ["/a~", "/a~2", "/~a/b", "/ok/~"] {
         let reason = JsonPointer::parse(bad).unwrap_err();
+        assert_eq!(reason, JsonPointerError::BadEscape(bad.to_owned()));
+        let reason = reason.to_string();
         assert!(reason.contains("'~' must be followed"), "{bad}: {reason}");
     }
 }

@@ -42,7 +42,7 @@ impl Store for NoRenewals {
         if self.1 {
             std::future::pending::<()>().await;
         }
-        Err(StoreError::Unavailable("partitioned".into()))
+        Err(StoreError::unavailable("partitioned"))
     }
     async fn complete(
         &self,

@@ -2,8 +2,41 @@
 //! so a committed config file never holds one and `--check` prints only the reference.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use sha2::{Digest, Sha256};
+
+/// Why a secret could not be read. Its text names the reference, never the value.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// `env:NAME`, and the variable is not set (or not Unicode).
+    #[error("environment variable {name:?} is not set")]
+    NotSet {
+        /// The variable's name.
+        name: String,
+        /// What the environment said.
+        #[source]
+        source: std::env::VarError,
+    },
+    /// `file:PATH`, and the file cannot be read.
+    #[error("cannot read {path:?}")]
+    Unreadable {
+        /// The file, as named.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Neither `env:` nor `file:`: a secret written inline would sit in a committed config.
+    #[error("a secret is given as \"env:NAME\" or \"file:PATH\", never inline")]
+    Inline,
+    /// The reference holds nothing.
+    #[error("the secret in {reference:?} is empty")]
+    Empty {
+        /// The reference, as written.
+        reference: String,
+    },
+}
 
 /// A secret value and the reference it was read from.
 #[derive(Clone)]
@@ -15,20 +48,31 @@ pub struct Secret {
 impl Secret {
     /// Reads `env:NAME` (an environment variable) or `file:PATH` (a file, trailing newline
     /// dropped). Anything else is refused, as is an empty secret.
-    pub fn resolve(reference: &str) -> Result<Self, String> {
+    ///
+    /// ```
+    /// use idempotency_delivery::{Secret, SecretError};
+    ///
+    /// assert!(matches!(Secret::resolve("s3cret"), Err(SecretError::Inline)));
+    /// ```
+    pub fn resolve(reference: &str) -> Result<Self, SecretError> {
         let value = if let Some(name) = reference.strip_prefix("env:") {
-            std::env::var(name).map_err(|_| format!("environment variable {name:?} is not set"))?
+            std::env::var(name).map_err(|source| SecretError::NotSet {
+                name: name.to_owned(),
+                source,
+            })?
         } else if let Some(path) = reference.strip_prefix("file:") {
-            let text =
-                std::fs::read_to_string(path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
+            let text = std::fs::read_to_string(path).map_err(|source| SecretError::Unreadable {
+                path: path.into(),
+                source,
+            })?;
             text.trim_end_matches(['\r', '\n']).to_owned()
         } else {
-            return Err(
-                "a secret is given as \"env:NAME\" or \"file:PATH\", never inline".to_owned(),
-            );
+            return Err(SecretError::Inline);
         };
         if value.is_empty() {
-            return Err(format!("the secret in {reference:?} is empty"));
+            return Err(SecretError::Empty {
+                reference: reference.to_owned(),
+            });
         }
         Ok(Self {
             reference: reference.to_owned(),
@@ -74,7 +118,7 @@ mod tests {
         // Found by the config fuzz corpus: a name with a newline split the start-up error.
         let name = "IDEMPOTENCY_PROXY_NO\nSUCH";
         for reference in [format!("env:{name}"), "file:/no/such\ndir".to_owned()] {
-            let reason = Secret::resolve(&reference).unwrap_err();
+            let reason = Secret::resolve(&reference).unwrap_err().to_string();
             assert!(!reason.contains('\n'), "{reason}");
         }
     }
@@ -92,8 +136,12 @@ mod tests {
         assert!(!format!("{secret:?}").contains("s3cret"));
         std::fs::write(&path, "\n").unwrap();
         assert!(Secret::resolve(&format!("file:{}", path.display())).is_err());
-        assert!(Secret::resolve("s3cret").is_err());
-        assert!(Secret::resolve("env:IDEMPOTENCY_PROXY_SURELY_UNSET").is_err());
+        assert!(matches!(
+            Secret::resolve("s3cret"),
+            Err(SecretError::Inline)
+        ));
+        let unset = Secret::resolve("env:IDEMPOTENCY_PROXY_SURELY_UNSET").unwrap_err();
+        assert!(std::error::Error::source(&unset).is_some(), "{unset:?}");
         std::fs::remove_file(path).unwrap();
     }
 }

@@ -5,9 +5,9 @@
 //! drawn uniformly between zero and the ceiling ("full jitter"), so deliveries that failed
 //! together (a receiver that went down) do not all come back together.
 
-use std::time::Duration;
-
-use crate::model::FencingToken;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The bounds of the backoff: the first ceiling and the largest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +23,7 @@ impl Backoff {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use idempotency_core::proxy::backoff::Backoff;
+    /// use idempotency_delivery::backoff::Backoff;
     ///
     /// let backoff = Backoff { initial: Duration::from_secs(1), max: Duration::from_secs(5) };
     /// assert_eq!(backoff.ceiling(3), Duration::from_secs(4));
@@ -46,14 +46,23 @@ impl Backoff {
 }
 
 /// A wait drawn from `[0, ceiling]` by `sample`, a uniformly random 64-bit number.
-pub(crate) fn full_jitter(ceiling: Duration, sample: u64) -> Duration {
+fn full_jitter(ceiling: Duration, sample: u64) -> Duration {
     let fraction = sample as f64 / u64::MAX as f64;
     ceiling.mul_f64(fraction)
 }
 
 /// A random 64-bit sample: unpredictable across processes, which is all jitter needs.
 pub fn random_sample() -> u64 {
-    FencingToken::generate().as_u64()
+    static DRAWN: AtomicU64 = AtomicU64::new(0);
+    // RandomState is seeded from the OS once per process and varies per instance; the count
+    // and the clock keep two draws of one instant apart.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(DRAWN.fetch_add(1, Ordering::Relaxed));
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    hasher.write_u128(now.as_nanos());
+    hasher.finish()
 }
 
 #[cfg(test)]
