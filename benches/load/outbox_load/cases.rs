@@ -11,12 +11,12 @@ use tokio::time::Instant;
 
 use crate::receiver::Receiver;
 use crate::relay::{self, Relay};
-use crate::{cpu, Cli};
+use crate::{consume, cpu, nats, Cli};
 
 /// Connections committing the application's rows.
 const APP_CONNECTIONS: usize = 16;
 /// How long the relay may take to deliver every row after the last commit.
-const DRAIN_LIMIT: Duration = Duration::from_secs(120);
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, serde::Serialize)]
 pub struct Outcome {
@@ -29,8 +29,12 @@ pub struct Outcome {
     /// From the relay's start (drain) or the last commit (rate cases) to every row marked.
     pub all_marked_s: f64,
     pub latency_ms: Option<[f64; 3]>,
+    /// The relay's, the consumer's (the proxy), or the raw consumer's (this program).
     pub relay_cpu_us_per_row: f64,
-    pub postgres_cpu_us_per_row: f64,
+    pub postgres_cpu_us_per_row: Option<f64>,
+    pub nats_cpu_us_per_row: Option<f64>,
+    /// Redis's, behind the consumer with the Redis store.
+    pub store_cpu_us_per_row: Option<f64>,
     pub repeated: usize,
 }
 
@@ -41,6 +45,9 @@ impl Outcome {
 }
 
 pub async fn run(case: &str, cli: &Cli, server: &PostgresServer) -> Result<Outcome, String> {
+    if let Some(deliverer) = case.strip_prefix("consume-") {
+        return consume::run(deliverer, cli).await;
+    }
     let url = server.fresh_database();
     let pool = connect(&url)?;
     let notify = case != "poll";
@@ -59,9 +66,11 @@ pub async fn run(case: &str, cli: &Cli, server: &PostgresServer) -> Result<Outco
         notify,
         concurrency: cli.concurrency,
         block: false,
+        extra: "",
     };
     match case {
         "drain" => drain(cli, server, &pool, &receiver, &settings).await,
+        "drain-nats" => nats::drain(cli, server, &pool, &url).await,
         "blocked" => {
             behind_a_dead_row(cli, &pool).await?;
             let settings = relay::Settings {
@@ -73,7 +82,10 @@ pub async fn run(case: &str, cli: &Cli, server: &PostgresServer) -> Result<Outco
             Ok(outcome)
         }
         "notify" | "poll" => steady(case, cli, server, &pool, &receiver, &settings).await,
-        other => Err(format!("no case {other:?} (drain, blocked, notify, poll)")),
+        other => Err(format!(
+            "no case {other:?} (drain, drain-nats, blocked, notify, poll, consume-raw, \
+             consume-file, consume-redis)"
+        )),
     }
 }
 
@@ -84,23 +96,7 @@ async fn drain(
     receiver: &Receiver,
     settings: &relay::Settings<'_>,
 ) -> Result<Outcome, String> {
-    let client = pool.get().await.map_err(|e| e.to_string())?;
-    let insert = "INSERT INTO outbox (id, topic, payload) SELECT 'b' || g, 'bench', \
-                  jsonb_build_object('type', 'payment.confirmed', 'order', g) \
-                  FROM generate_series(1, $1::int8) g";
-    client
-        .execute(insert, &[&(cli.backlog as i64)])
-        .await
-        .map_err(|e| e.to_string())?;
-    client
-        .batch_execute("ANALYZE outbox")
-        .await
-        .map_err(|e| e.to_string())?;
-    if cli.no_flush_wait {
-        let sql = "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = off', \
-                   current_database()); END $$";
-        client.batch_execute(sql).await.map_err(|e| e.to_string())?;
-    }
+    insert_backlog(cli, pool).await?;
     let postgres_before = cpu::postgres(server.pid());
     let started = Instant::now();
     let relay = Relay::start(&cli.binary, settings).await?;
@@ -119,9 +115,33 @@ async fn drain(
         all_marked_s,
         latency_ms: None,
         relay_cpu_us_per_row: micros(relay_cpu, cli.backlog),
-        postgres_cpu_us_per_row: micros(postgres_cpu, cli.backlog),
+        postgres_cpu_us_per_row: Some(micros(postgres_cpu, cli.backlog)),
+        nats_cpu_us_per_row: None,
+        store_cpu_us_per_row: None,
         repeated: arrivals.repeated,
     })
+}
+
+/// `--backlog` rows committed in one statement, the table analyzed.
+pub async fn insert_backlog(cli: &Cli, pool: &Pool) -> Result<(), String> {
+    let client = pool.get().await.map_err(|e| e.to_string())?;
+    let insert = "INSERT INTO outbox (id, topic, payload) SELECT 'b' || g, 'bench', \
+                  jsonb_build_object('type', 'payment.confirmed', 'order', g) \
+                  FROM generate_series(1, $1::int8) g";
+    client
+        .execute(insert, &[&(cli.backlog as i64)])
+        .await
+        .map_err(|e| e.to_string())?;
+    client
+        .batch_execute("ANALYZE outbox")
+        .await
+        .map_err(|e| e.to_string())?;
+    if cli.no_flush_wait {
+        let sql = "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = off', \
+                   current_database()); END $$";
+        client.batch_execute(sql).await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// `blocked`: before the backlog, `--delivered-kept` delivered rows (kept, as `keep_delivered`
@@ -196,7 +216,9 @@ async fn steady(
             quantile(&latencies, 1.0),
         ]),
         relay_cpu_us_per_row: micros(relay_cpu, rows),
-        postgres_cpu_us_per_row: micros(postgres_cpu, rows),
+        postgres_cpu_us_per_row: Some(micros(postgres_cpu, rows)),
+        nats_cpu_us_per_row: None,
+        store_cpu_us_per_row: None,
         repeated: arrivals.repeated,
     })
 }
@@ -259,7 +281,7 @@ fn event(id: &str) -> Event {
 }
 
 /// Waits until `rows` rows are marked delivered; when they were.
-async fn until_marked(pool: &Pool, rows: u64, deadline: Instant) -> Result<Instant, String> {
+pub async fn until_marked(pool: &Pool, rows: u64, deadline: Instant) -> Result<Instant, String> {
     let client = pool.get().await.map_err(|e| e.to_string())?;
     // The rows still to mark, counted through the claim's own index: rows waiting behind a
     // dead row (the blocked case) are not among them, nor are delivered rows kept.
@@ -282,7 +304,7 @@ async fn until_marked(pool: &Pool, rows: u64, deadline: Instant) -> Result<Insta
     ))
 }
 
-fn per_second(times: &[Instant]) -> f64 {
+pub fn per_second(times: &[Instant]) -> f64 {
     let (Some(first), Some(last)) = (times.iter().min(), times.iter().max()) else {
         return 0.0;
     };
@@ -294,7 +316,7 @@ fn per_second(times: &[Instant]) -> f64 {
     }
 }
 
-fn quantile(sorted: &[f64], q: f64) -> f64 {
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
@@ -302,7 +324,7 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[index]
 }
 
-fn micros(cpu: Duration, rows: u64) -> f64 {
+pub fn micros(cpu: Duration, rows: u64) -> f64 {
     cpu.as_secs_f64() * 1e6 / rows.max(1) as f64
 }
 
@@ -324,8 +346,9 @@ pub fn print(cli: &Cli, results: &[Outcome]) {
         cli.concurrency
             .map_or("default (16)".into(), |c| c.to_string()),
     );
-    println!("| case | rows | committed/s | delivered/s | all marked after | p50 | p99 | max | relay CPU/row | Postgres CPU/row | sent twice |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| case | rows | committed/s | delivered/s | all marked after | p50 | p99 | max | relay (consumer) CPU/row | Postgres CPU/row | nats-server CPU/row | Redis CPU/row | sent twice |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let cpu = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.0} µs"));
     for r in results {
         let offered = r.committed_per_s.map_or("—".into(), |c| format!("{c:.0}"));
         let [p50, p99, max] = r
@@ -334,9 +357,16 @@ pub fn print(cli: &Cli, results: &[Outcome]) {
                 l.map(|v| format!("{v:.1} ms"))
             });
         println!(
-            "| {} | {} | {offered} | {:.0} | {:.2} s | {p50} | {p99} | {max} | {:.0} µs | {:.0} µs | {} |",
-            r.case, r.rows, r.delivered_per_s, r.all_marked_s, r.relay_cpu_us_per_row,
-            r.postgres_cpu_us_per_row, r.repeated
+            "| {} | {} | {offered} | {:.0} | {:.2} s | {p50} | {p99} | {max} | {:.0} µs | {} | {} | {} | {} |",
+            r.case,
+            r.rows,
+            r.delivered_per_s,
+            r.all_marked_s,
+            r.relay_cpu_us_per_row,
+            cpu(r.postgres_cpu_us_per_row),
+            cpu(r.nats_cpu_us_per_row),
+            cpu(r.store_cpu_us_per_row),
+            r.repeated
         );
     }
     println!("\n{}", serde_json::json!({ "results": results }));

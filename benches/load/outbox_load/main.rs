@@ -12,14 +12,21 @@
 //!   without either (`poll`, the default `poll_interval`); the latency of each row from its
 //!   commit returning to the application to its first delivery, p50, p99 and the largest.
 //!
-//! Each case has a database of its own and a relay of its own; the relay's and PostgreSQL's
-//! CPU time over the case (`/proc`) give CPU per row.
+//! - `drain-nats`: the drain of `drain`, published to JetStream on a private `nats-server -js`.
+//! - `consume-raw`, `consume-file`, `consume-redis`: JetStream to the proxy's consumer (file
+//!   store, Redis) to the receiver, and a plain pull consumer as the ceiling: a backlog drained,
+//!   then latency from publish to effect at `--rate` (see `consume.rs`).
+//!
+//! Each case has a database (or broker) of its own and a relay of its own; the relay's,
+//! PostgreSQL's and `nats-server`'s CPU time over the case (`/proc`) give CPU per row.
 
 // The modules of this program name what they share `pub`; none of it leaves the program.
 #![allow(unreachable_pub)]
 
 mod cases;
+mod consume;
 mod cpu;
+mod nats;
 mod receiver;
 mod relay;
 
@@ -37,10 +44,12 @@ struct Cli {
     /// The proxy binary, run as a relay.
     #[arg(long, default_value = "target/release/idempotency-proxy")]
     pub binary: PathBuf,
-    /// The cases, in order: drain, blocked, notify, poll.
+    /// The cases, in order: drain, drain-nats, blocked, notify, poll, consume-raw,
+    /// consume-file, consume-redis.
     #[arg(long, value_delimiter = ',', default_value = "drain,notify,poll")]
     pub cases: Vec<String>,
-    /// Rows committed before the relay starts (`drain`).
+    /// Rows committed before the relay starts (`drain`, `drain-nats`), or messages published
+    /// before the consumer starts (`consume-*`).
     #[arg(long, default_value_t = 50_000)]
     pub backlog: u64,
     /// Rows waiting behind one aggregate's dead first row (`blocked`, under `on_dead =
@@ -50,20 +59,21 @@ struct Cli {
     /// Delivered rows kept in the table (`blocked`).
     #[arg(long, default_value_t = 1_000_000)]
     pub delivered_kept: u64,
-    /// Rows per second the application commits (`notify`, `poll`).
+    /// Rows per second the application commits (`notify`, `poll`), or messages per second
+    /// published once the backlog is drained (`consume-*`).
     #[arg(long, default_value_t = 1000)]
     pub rate: u64,
     /// Rows in each of the application's transactions (`notify`, `poll`).
     #[arg(long, default_value_t = 1)]
     pub rows_per_commit: u64,
-    /// Seconds the application commits for (`notify`, `poll`).
+    /// Seconds the application commits (`notify`, `poll`) or publishes (`consume-*`) for.
     #[arg(long, default_value_t = 20)]
     pub seconds: u64,
     /// An experiment: the case's database with `synchronous_commit = off` once the backlog is
     /// in, so the relay's commits do not wait for their WAL flush (what the flushes cost).
     #[arg(long)]
     pub no_flush_wait: bool,
-    /// The relay's `deliver_concurrency` (its default when not given).
+    /// The relay's or the consumer's `deliver_concurrency` (its default when not given).
     #[arg(long)]
     pub concurrency: Option<usize>,
 }

@@ -1,5 +1,6 @@
 //! The local receiver: answers every delivery `200` at once and notes when each event's first
-//! attempt arrived, by its `Idempotency-Key`, and how many arrived more than once.
+//! attempt arrived, by its `Idempotency-Key`, and how many arrived more than once (the raw
+//! consumer notes its messages here too).
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -36,21 +37,31 @@ impl Receiver {
     pub fn take(&self) -> Arrivals {
         std::mem::take(&mut *self.arrivals.lock().unwrap())
     }
+
+    /// How many distinct keys have arrived so far.
+    pub fn distinct(&self) -> usize {
+        self.arrivals.lock().unwrap().first.len()
+    }
+
+    /// Notes an arrival of `key` now (the raw consumer's effect, without HTTP).
+    pub fn note(&self, key: String) {
+        let now = Instant::now();
+        let mut arrivals = self.arrivals.lock().unwrap();
+        match arrivals.first.entry(key) {
+            Entry::Occupied(_) => arrivals.repeated += 1,
+            Entry::Vacant(vacant) => {
+                vacant.insert(now);
+            }
+        }
+    }
 }
 
 async fn receive(State(receiver): State<Receiver>, headers: HeaderMap) -> StatusCode {
-    let now = Instant::now();
     let key = headers
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_owned();
-    let mut arrivals = receiver.arrivals.lock().unwrap();
-    match arrivals.first.entry(key) {
-        Entry::Occupied(_) => arrivals.repeated += 1,
-        Entry::Vacant(vacant) => {
-            vacant.insert(now);
-        }
-    }
+    receiver.note(key);
     StatusCode::OK
 }

@@ -1,5 +1,5 @@
-//! The relay under test: the release binary, relay only, with an admin listener; ready when
-//! `/readyz` answers `200` (its table checked, the database reached).
+//! The relay under test: the release binary, relay only (or consumer only), with an admin
+//! listener; ready when `/readyz` answers `200` (its table checked, the database reached).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -31,6 +31,8 @@ pub struct Settings<'a> {
     pub concurrency: Option<usize>,
     /// `on_dead = "block"`.
     pub block: bool,
+    /// More keys of the table (`nats_subject_prefix`).
+    pub extra: &'a str,
 }
 
 impl Relay {
@@ -50,6 +52,12 @@ impl Relay {
         if let Some(concurrency) = settings.concurrency {
             config.push_str(&format!("deliver_concurrency = {concurrency}\n"));
         }
+        config.push_str(settings.extra);
+        Relay::run(binary, admin, config).await
+    }
+
+    /// The binary with `config` (which names `admin` as its `admin_listen`), once ready.
+    pub async fn run(binary: &Path, admin: u16, config: String) -> Result<Relay, String> {
         let path =
             std::env::temp_dir().join(format!("outbox-load-{}-{admin}.toml", std::process::id()));
         std::fs::write(&path, config).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -85,7 +93,7 @@ impl Relay {
     }
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     listener.local_addr().expect("its address").port()
 }
