@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::client::TestClient;
+use common::poll;
 use common::postgres_server::{PostgresServer, Shutdown};
 use common::proxy::TestProxy;
 use common::receiver::{Receiver, Reply};
@@ -543,8 +544,13 @@ async fn an_outbox_whose_database_is_down_shows_as_unavailable() {
     assert_eq!(status["outboxes"][0]["state"], "ok", "{status}");
 
     server.stop(Shutdown::Immediate);
-    let status = proxy.admin.send("GET", "/status", &[], "").await.json();
-    assert_eq!(status["outboxes"][0]["state"], "unavailable", "{status}");
+    // A count stands for a moment (so scrapes stay cheap): the page says so once it expires.
+    let what = "the status page naming the outbox unavailable";
+    let status = poll::until(Duration::from_secs(30), what, async || {
+        let status = proxy.admin.send("GET", "/status", &[], "").await.json();
+        (status["outboxes"][0]["state"] == "unavailable").then_some(status)
+    })
+    .await;
     let text = status.to_string();
     assert!(
         !text.contains("127.0.0.1") && !text.contains("postgres://"),

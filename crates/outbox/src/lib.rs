@@ -65,9 +65,9 @@ pub use transport::Transport;
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
-/// The claim the relay runs on `table` (`$1` owner, `$2` lease in ms, `$3` how many), for a
-/// look at its plan (`EXPLAIN`).
-#[doc(hidden)]
+/// The claim the relay runs on `table` (`$1` owner, `$2` lease in ms, `$3` how many), as
+/// text: for an operator or a test to look at its plan with `EXPLAIN (ANALYZE, BUFFERS)` and
+/// see that rows waiting behind their aggregate cost the claim nothing.
 pub fn claim_statement(table: &TableName, payload: PayloadKind) -> String {
     sql::claim(table, payload)
 }
