@@ -84,6 +84,13 @@ async fn a_jetstream_consumer_delivers_each_message_once_and_drains_on_sigterm()
         ),
         "{text}"
     );
+    // Exported at 0 before any message dies, so the dead-message alert sees the first one.
+    assert!(
+        text.contains(
+            "idempotency_consumer_messages_total{consumer=\"fulfilment\",result=\"dead\"} 0"
+        ),
+        "{text}"
+    );
 
     sigterm(&proxy);
     assert_eq!(exit_code(proxy).await, Some(0));

@@ -1,8 +1,8 @@
 //! What ships under `deploy/` agrees with the proxy: every metric the Grafana dashboard and the
 //! Prometheus alerts name is one the proxy exports (with labels it has), the rules pass
-//! `promtool` where it is installed (and the outbox alerts fire when they should), and the
-//! Kubernetes example's config loads as `--check` loads it, with ports, probes and paths that
-//! match it.
+//! `promtool` where it is installed (and the outbox and consumer alerts fire when they should),
+//! and the Kubernetes example's config loads as `--check` loads it, with ports, probes and
+//! paths that match it.
 
 use crate::common;
 
@@ -162,6 +162,8 @@ fn the_alerts_read_only_exported_metrics_and_cover_what_pages_an_operator() {
         "idempotency_inbox_attempts_total",
         "idempotency_outbox_oldest_pending_seconds",
         "idempotency_outbox_attempts_total",
+        "idempotency_consumer_lag",
+        "idempotency_consumer_messages_total",
         "idempotency_config_reloads_total",
     ] {
         assert!(used.contains(needed), "{path}: no alert reads {needed}");
@@ -223,7 +225,8 @@ fn promtool_accepts_the_alert_rules_and_the_dashboard_queries() {
                 .replace("$__rate_interval", "5m")
                 .replace("$__range", "1h")
                 .replace("$route", ".*")
-                .replace("$outbox", ".*");
+                .replace("$outbox", ".*")
+                .replace("$consumer", ".*");
             serde_json::json!({ "record": format!("dashboard:query_{i}"), "expr": expr })
         })
         .collect();
@@ -269,26 +272,87 @@ tests:
         exp_alerts: []
 "#;
 
-#[test]
-fn promtool_fires_the_outbox_alerts_on_an_old_backlog_and_on_dead_rows() {
-    let Some(promtool) = promtool() else { return };
+/// The consumer alerts, evaluated as the outbox ones are. `fulfilment` falls behind for good
+/// and has a message go dead; `billing` has a five-minute burst of lag and delivers, retries
+/// and settles duplicates, but nothing of it dies: it raises neither alert.
+const CONSUMER_ALERT_TESTS: &str = r#"
+rule_files: [rules.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'idempotency_consumer_lag{job="proxy",instance="a",consumer="fulfilment"}'
+        values: '0x4 5000x30'
+      - series: 'idempotency_consumer_lag{job="proxy",instance="a",consumer="billing"}'
+        values: '200x5 3000x4 100x25'
+      - series: 'idempotency_consumer_messages_total{job="proxy",instance="a",consumer="fulfilment",result="dead"}'
+        values: '0x4 1x30'
+      - series: 'idempotency_consumer_messages_total{job="proxy",instance="a",consumer="billing",result="dead"}'
+        values: '0x35'
+      - series: 'idempotency_consumer_messages_total{job="proxy",instance="a",consumer="billing",result="delivered"}'
+        values: '0+10x35'
+      - series: 'idempotency_consumer_messages_total{job="proxy",instance="a",consumer="billing",result="retried"}'
+        values: '0+3x35'
+      - series: 'idempotency_consumer_messages_total{job="proxy",instance="a",consumer="billing",result="duplicate"}'
+        values: '0+1x35'
+    alert_rule_test:
+      - eval_time: 9m
+        alertname: IdempotencyConsumerLagHigh
+        exp_alerts: []
+      - eval_time: 14m
+        alertname: IdempotencyConsumerLagHigh
+        exp_alerts: []
+      - eval_time: 16m
+        alertname: IdempotencyConsumerLagHigh
+        exp_alerts:
+          - exp_labels: {severity: warning, job: proxy, consumer: fulfilment}
+      - eval_time: 30m
+        alertname: IdempotencyConsumerLagHigh
+        exp_alerts:
+          - exp_labels: {severity: warning, job: proxy, consumer: fulfilment}
+      - eval_time: 3m
+        alertname: IdempotencyConsumerDeadMessages
+        exp_alerts: []
+      - eval_time: 8m
+        alertname: IdempotencyConsumerDeadMessages
+        exp_alerts:
+          - exp_labels: {severity: critical, job: proxy, consumer: fulfilment}
+      - eval_time: 25m
+        alertname: IdempotencyConsumerDeadMessages
+        exp_alerts: []
+"#;
+
+/// Has `promtool test rules` run `tests` against the alerts, without their annotations.
+fn promtool_test_alerts(promtool: &Path, what: &str, tests: &str) {
     let mut rules: Yaml = yaml_documents("deploy/prometheus/alerts.yml").remove(0);
     for group in rules["groups"].as_sequence_mut().unwrap() {
         for rule in group["rules"].as_sequence_mut().unwrap() {
             rule.as_mapping_mut().unwrap().remove("annotations");
         }
     }
-    let dir = std::env::temp_dir().join(format!("outbox-alert-tests-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("{what}-alert-tests-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
         dir.join("rules.yml"),
         serde_yaml::to_string(&rules).unwrap(),
     )
     .unwrap();
-    std::fs::write(dir.join("tests.yml"), OUTBOX_ALERT_TESTS).unwrap();
+    std::fs::write(dir.join("tests.yml"), tests).unwrap();
     let args = ["test", "rules", "tests.yml"].map(std::ffi::OsStr::new);
-    promtool_run(&promtool, &args, &dir);
+    promtool_run(promtool, &args, &dir);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn promtool_fires_the_outbox_alerts_on_an_old_backlog_and_on_dead_rows() {
+    let Some(promtool) = promtool() else { return };
+    promtool_test_alerts(&promtool, "outbox", OUTBOX_ALERT_TESTS);
+}
+
+#[test]
+fn promtool_fires_the_consumer_alerts_on_lasting_lag_and_on_dead_messages() {
+    let Some(promtool) = promtool() else { return };
+    promtool_test_alerts(&promtool, "consumer", CONSUMER_ALERT_TESTS);
 }
 
 #[tokio::test]

@@ -77,6 +77,12 @@ const DEAD_KEPT: usize = 10_000;
 impl Stats {
     /// Empty counts for the consumer `name`.
     pub fn new(name: &str) -> Self {
+        // Every result's series is exported from the start, at 0: a consumer's first dead
+        // message is then an increase an alert's `increase()` sees, not a new series it cannot.
+        for result in ["delivered", "duplicate", "retried", "dead"] {
+            metrics::counter!(MESSAGES_TOTAL, "consumer" => name.to_owned(), "result" => result)
+                .increment(0);
+        }
         Self {
             name: name.to_owned(),
             delivered: AtomicU64::new(0),

@@ -9,7 +9,7 @@ use idempotency_delivery::backoff::Backoff;
 use idempotency_delivery::signing::WebhookSigner;
 
 use crate::destination::DestinationKind;
-use crate::names::{OutboxName, TableName};
+use crate::names::{NameError, NameKind, OutboxName, TableName};
 
 /// Added to `deliver_timeout` in a claim's lease, so that an attempt (and the mark after it)
 /// ends well before its claim does, and another relay does not start a second one meanwhile.
@@ -132,7 +132,7 @@ impl OutboxConfig {
         }
         let urls = self.deliver_to.iter().chain(self.topics.values());
         for url in urls {
-            destination(&url.to_string()).map_err(|reason| ("deliver_to", reason))?;
+            check_destination(&url.to_string()).map_err(|reason| ("deliver_to", reason))?;
         }
         let positive = [
             ("poll_interval", self.poll_interval),
@@ -174,13 +174,17 @@ impl OutboxConfig {
 /// assert!(destination("nats://127.0.0.1:4222").is_ok());
 /// assert!(destination("ftp://host/x").is_err() && destination("http://u:p@host/").is_err());
 /// ```
-pub fn destination(raw: &str) -> Result<Uri, String> {
+pub fn destination(raw: &str) -> Result<Uri, NameError> {
+    check_destination(raw).map_err(|reason| NameError::new(NameKind::Destination, reason))
+}
+
+fn check_destination(raw: &str) -> Result<Uri, String> {
     if let Some(text) = referenced(raw)? {
         let text = text.trim();
         if text.starts_with("env:") || text.starts_with("file:") {
             return Err(format!("{raw} holds another reference, not a URL"));
         }
-        return destination(text).map_err(|why| format!("{why} (read from {raw})"));
+        return check_destination(text).map_err(|why| format!("{why} (read from {raw})"));
     }
     let expected = "expected http[s]://HOST[:PORT]/path, nats://HOST:PORT, tls://HOST:PORT \
                     or amqp[s]://USER:PASS@HOST:PORT/VHOST";
@@ -268,7 +272,9 @@ mod tests {
     fn brokers_are_destinations_and_their_credentials_never_shown() {
         assert!(destination("amqp://app:s3cret@mq:5672/orders").is_ok());
         assert!(destination("tls://nats.internal:4222").is_ok());
-        let refused = destination("http://app:s3cret@host/events").unwrap_err();
+        let refused = destination("http://app:s3cret@host/events")
+            .unwrap_err()
+            .to_string();
         assert!(
             refused.contains("user info") && !refused.contains("s3cret"),
             "{refused}"
@@ -280,6 +286,8 @@ mod tests {
         let read = destination("env:OUTBOX_CONFIG_TEST_URL").unwrap();
         assert_eq!(crate::redacted(&read), "amqps://app:***@mq:5671/orders");
         let missing = destination("env:OUTBOX_CONFIG_TEST_UNSET").unwrap_err();
+        assert_eq!(missing.kind(), crate::NameKind::Destination);
+        let missing = missing.to_string();
         assert!(missing.contains("is not set"), "{missing}");
     }
 

@@ -53,7 +53,7 @@ pub use metrics::{
     ATTEMPTS_TOTAL, ATTEMPT_LINE_TARGET, BLOCKED_AGGREGATES, CLAIM_SECONDS, DELIVERY_SECONDS,
     LEASES_LOST_TOTAL, LISTENING, OLDEST_PENDING_SECONDS, PENDING,
 };
-pub use names::{channel_name, EventId, OutboxName, TableName};
+pub use names::{channel_name, EventId, NameError, NameKind, OutboxName, TableName};
 pub use outbox::{DeadRow, Outbox, OutboxCounts};
 pub use relay::{Drained, Health, Relay};
 pub use schema::schema_sql;

@@ -19,12 +19,16 @@ impl OutboxName {
     /// assert!(OutboxName::new("payments").is_ok());
     /// assert!(OutboxName::new("pay ments").is_err());
     /// ```
-    pub fn new(name: impl Into<String>) -> Result<Self, String> {
+    pub fn new(name: impl Into<String>) -> Result<Self, NameError> {
         let name = name.into();
         // The same rule as a route's name, and the same words.
-        RouteName::new(name.as_str())
-            .map_err(|e| e.to_string().replacen("route name", "outbox name", 1))?;
-        Ok(Self(name))
+        match RouteName::new(name.as_str()) {
+            Ok(_) => Ok(Self(name)),
+            Err(e) => {
+                let reason = e.to_string().replacen("route name", "outbox name", 1);
+                Err(NameError::new(NameKind::Outbox, reason).with_source(e))
+            }
+        }
     }
 
     /// The name.
@@ -56,7 +60,11 @@ impl TableName {
     /// assert_eq!(table.quoted(), "\"app\".\"outbox\"");
     /// assert!(TableName::new("a.b.c").is_err() && TableName::new("").is_err());
     /// ```
-    pub fn new(name: &str) -> Result<Self, String> {
+    pub fn new(name: &str) -> Result<Self, NameError> {
+        Self::check(name).map_err(|reason| NameError::new(NameKind::Table, reason))
+    }
+
+    fn check(name: &str) -> Result<Self, String> {
         let parts: Vec<&str> = name.split('.').collect();
         if parts.len() > 2 || parts.iter().any(|p| p.is_empty()) {
             return Err(format!(
@@ -140,7 +148,11 @@ const MAX_TABLE_LEN: usize = MAX_IDENTIFIER_LEN - "_delivered".len();
 /// assert!(channel_name("outbox").is_ok());
 /// assert!(channel_name("out\nbox").is_err() && channel_name(&"c".repeat(64)).is_err());
 /// ```
-pub fn channel_name(raw: &str) -> Result<String, String> {
+pub fn channel_name(raw: &str) -> Result<String, NameError> {
+    check_channel(raw).map_err(|reason| NameError::new(NameKind::Channel, reason))
+}
+
+fn check_channel(raw: &str) -> Result<String, String> {
     if raw.is_empty() || raw.len() > MAX_IDENTIFIER_LEN {
         return Err(format!(
             "channel {raw:?} must be 1 to {MAX_IDENTIFIER_LEN} bytes"
@@ -166,13 +178,15 @@ impl EventId {
     /// assert!(EventId::new("evt_01J9Z3").is_ok());
     /// assert!(EventId::new("has space").is_err() && EventId::new("\"quoted\"").is_err());
     /// ```
-    pub fn new(id: impl Into<String>) -> Result<Self, String> {
+    pub fn new(id: impl Into<String>) -> Result<Self, NameError> {
         let id = id.into();
         if let Err(e) = IdempotencyKey::new(id.as_str()) {
-            return Err(format!("the id cannot be an Idempotency-Key: {e}"));
+            let reason = format!("the id cannot be an Idempotency-Key: {e}");
+            return Err(NameError::new(NameKind::EventId, reason).with_source(e));
         }
         if id.starts_with('"') {
-            return Err("the id cannot be an Idempotency-Key: it starts with a quote".to_owned());
+            let reason = "the id cannot be an Idempotency-Key: it starts with a quote";
+            return Err(NameError::new(NameKind::EventId, reason));
         }
         Ok(Self(id))
     }
@@ -189,6 +203,56 @@ impl fmt::Display for EventId {
     }
 }
 
+/// What a refused name was meant to name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NameKind {
+    /// An outbox's own name.
+    Outbox,
+    /// Its table, `table` or `schema.table`.
+    Table,
+    /// A `LISTEN`/`NOTIFY` channel.
+    Channel,
+    /// An event's id.
+    EventId,
+    /// A destination's URL (`deliver_to`, a value of `topics`).
+    Destination,
+}
+
+/// A name or URL an outbox cannot use, and why, in words fit for a config error; the check
+/// that refused it, where it has an error of its own, is its source.
+#[derive(Debug, thiserror::Error)]
+#[error("{reason}")]
+pub struct NameError {
+    kind: NameKind,
+    reason: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl NameError {
+    pub(crate) fn new(kind: NameKind, reason: impl Into<String>) -> Self {
+        Self {
+            kind,
+            reason: reason.into(),
+            source: None,
+        }
+    }
+
+    pub(crate) fn with_source(
+        mut self,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// What the refused name was meant to name.
+    pub fn kind(&self) -> NameKind {
+        self.kind
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,10 +260,14 @@ mod tests {
     #[test]
     fn table_names_that_could_become_sql_or_collide_are_refused_with_why() {
         let newline = TableName::new("outbox\nDROP TABLE x").unwrap_err();
+        assert_eq!(newline.kind(), NameKind::Table);
+        let newline = newline.to_string();
         assert!(newline.contains("control character"), "{newline}");
         let longest = "t".repeat(MAX_TABLE_LEN);
         assert!(TableName::new(&longest).is_ok());
-        let long = TableName::new(&format!("{longest}x")).unwrap_err();
+        let long = TableName::new(&format!("{longest}x"))
+            .unwrap_err()
+            .to_string();
         assert!(long.contains("at most 53"), "{long}");
         assert!(TableName::new(&format!("{}.outbox", "s".repeat(64))).is_err());
         assert!(TableName::new(&format!("{}.outbox", "s".repeat(63))).is_ok());

@@ -34,7 +34,7 @@ impl RabbitVhost {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let name = format!("idempotency-{test}-{}-{n}", std::process::id());
         if let Err(why) = rabbitmqctl(&["add_vhost", &name]) {
-            return skip(&why);
+            return skip(&idempotency_core::proxy::ErrorChain(&why).to_string());
         }
         let vhost = RabbitVhost { name, address };
         rabbitmqctl(&[
@@ -79,21 +79,37 @@ impl Drop for RabbitVhost {
     }
 }
 
+/// Why `rabbitmqctl` gave no output.
+#[derive(Debug, thiserror::Error)]
+pub enum RabbitCtlError {
+    /// The tool could not be started (not installed, not on `PATH`).
+    #[error("rabbitmqctl cannot be run")]
+    NotRun(#[source] std::io::Error),
+    /// It ran and said no.
+    #[error("rabbitmqctl {command} failed ({status}): {stderr}")]
+    Refused {
+        /// The arguments it was given.
+        command: String,
+        /// How it exited.
+        status: std::process::ExitStatus,
+        /// What it wrote to stderr.
+        stderr: String,
+    },
+}
+
 /// Runs `rabbitmqctl` with `args`: its output, or why it failed.
-pub fn rabbitmqctl(args: &[&str]) -> Result<String, String> {
+pub fn rabbitmqctl(args: &[&str]) -> Result<String, RabbitCtlError> {
     let output = Command::new("rabbitmqctl")
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("rabbitmqctl cannot be run ({e})"))?;
+        .map_err(RabbitCtlError::NotRun)?;
     if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(format!(
-            "rabbitmqctl {} failed ({}): {}",
-            args.join(" "),
-            output.status,
-            stderr.trim()
-        ));
+        return Err(RabbitCtlError::Refused {
+            command: args.join(" "),
+            status: output.status,
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        });
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }

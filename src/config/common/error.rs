@@ -87,6 +87,14 @@ impl Reason for &str {
     }
 }
 
+/// An outbox's refused name already says why in its own words; its source (the route-name or
+/// key rule it broke) would only repeat them.
+impl Reason for idempotency_outbox::NameError {
+    fn into_reason(self) -> String {
+        self.to_string()
+    }
+}
+
 /// Typed errors read as their chain of causes.
 macro_rules! reasons {
     ($($error:ty),* $(,)?) => {

@@ -51,7 +51,7 @@ pub struct Message {
 
 /// The message of `row`'s attempt, or why the row cannot be sent.
 pub(crate) fn build(payload_kind: PayloadKind, row: &ClaimedRow) -> Result<Message, String> {
-    let id = EventId::new(row.id.as_str())?;
+    let id = EventId::new(row.id.as_str()).map_err(|e| e.to_string())?;
     let Some(payload) = &row.payload else {
         return Err("the payload is null".to_owned());
     };

@@ -3,7 +3,7 @@
 //! upstream's answer and its acknowledgement makes no second one, a poison message gets exactly
 //! `max_attempts` requests and one dead letter while the rest flow, a keyless one dies at once.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

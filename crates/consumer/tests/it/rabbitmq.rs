@@ -4,7 +4,7 @@
 //! `max_attempts` requests (counted in the message it is republished as) and one dead letter
 //! while the rest flow, a keyless one dies at once.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,15 +1,13 @@
 //! What the consumer's tests share: an HTTP client to the receiver, consumers started on their
 //! own runtime (so a test can kill one as a crash would), and waits on counts.
 
-#![allow(dead_code, unreachable_pub)]
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use axum_core::body::Body;
-use http::{Request, Response};
+use http::Request;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use idempotency_consumer::{
@@ -19,7 +17,7 @@ use idempotency_core::BoxError;
 use idempotency_test_support::poll;
 
 /// An upstream client that sends every request to `addr`, as the proxy's upstream pool does.
-pub fn upstream(addr: SocketAddr) -> Upstream {
+pub(crate) fn upstream(addr: SocketAddr) -> Upstream {
     let client = Client::builder(TokioExecutor::new()).build_http::<Body>();
     let service = tower::service_fn(move |mut request: Request<Body>| {
         let client = client.clone();
@@ -34,7 +32,7 @@ pub fn upstream(addr: SocketAddr) -> Upstream {
 }
 
 /// Settings for tests: quick retries, a few attempts.
-pub fn settings(name: &str) -> ConsumerSettings {
+pub(crate) fn settings(name: &str) -> ConsumerSettings {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -49,7 +47,11 @@ pub fn settings(name: &str) -> ConsumerSettings {
 }
 
 /// Waits until the consumer's counts satisfy `done`.
-pub async fn counts_until(stats: &Arc<Stats>, what: &str, done: impl Fn(Counts) -> bool) -> Counts {
+pub(crate) async fn counts_until(
+    stats: &Arc<Stats>,
+    what: &str,
+    done: impl Fn(Counts) -> bool,
+) -> Counts {
     poll::until(Duration::from_secs(30), what, async || {
         let counts = stats.counts();
         done(counts).then_some(counts)
@@ -57,21 +59,16 @@ pub async fn counts_until(stats: &Arc<Stats>, what: &str, done: impl Fn(Counts) 
     .await
 }
 
-/// Whether this response came whole.
-pub fn is_ok(response: &Response<Body>) -> bool {
-    response.status().is_success()
-}
-
 /// A source whose acknowledgements never reach the broker: the process "dies" right after
 /// the upstream's answer is recorded and before the broker hears of it.
-pub struct DiesBeforeAck<S> {
+pub(crate) struct DiesBeforeAck<S> {
     inner: S,
     reached: tokio::sync::mpsc::UnboundedSender<()>,
 }
 
 impl<S> DiesBeforeAck<S> {
     /// `inner`, whose acknowledgements are announced on `reached` and then hang.
-    pub fn new(inner: S, reached: tokio::sync::mpsc::UnboundedSender<()>) -> Self {
+    pub(crate) fn new(inner: S, reached: tokio::sync::mpsc::UnboundedSender<()>) -> Self {
         Self { inner, reached }
     }
 }
