@@ -8,6 +8,7 @@
 // The modules of this program name what they share `pub`; none of it leaves the program.
 #![allow(unreachable_pub)]
 
+mod brokers;
 mod campaign;
 mod checker;
 mod clients;
@@ -43,12 +44,13 @@ struct Cli {
 enum Command {
     /// Runs a campaign, then checks its histories.
     Run {
-        /// Keyed requests through proxies (`keys`), or an outbox relay's deliveries (`outbox`).
+        /// Keyed requests through proxies (`keys`), an outbox relay's deliveries (`outbox`), or
+        /// outbox rows through JetStream to a consumer (`brokers`).
         #[arg(long, value_enum, default_value = "keys")]
         scenario: Scenario,
         #[arg(long, value_enum, default_value = "file")]
         store: StoreKind,
-        /// Proxy processes (the file store takes one only); relays, for `--scenario outbox`.
+        /// Proxy processes (the file store takes one only); relays, for `outbox` and `brokers`.
         #[arg(long, default_value_t = 1)]
         replicas: usize,
         /// Seconds of faults (the sweep after them takes longer).
@@ -74,6 +76,7 @@ enum Command {
 enum Scenario {
     Keys,
     Outbox,
+    Brokers,
 }
 
 fn main() -> ExitCode {
@@ -99,6 +102,31 @@ fn main() -> ExitCode {
                 binary,
             };
             if let Err(e) = runtime.block_on(outbox::run(&settings)) {
+                eprintln!("chaos: {e}");
+                return ExitCode::from(2);
+            }
+            drop(runtime);
+            check(&dir)
+        }
+        Command::Run {
+            scenario: Scenario::Brokers,
+            replicas,
+            duration,
+            seed,
+            dir,
+            binary,
+            ..
+        } => {
+            let seed = seed.unwrap_or_else(clock_seed);
+            println!("chaos: seed {seed} (rerun with --scenario brokers --seed {seed})");
+            let settings = brokers::Settings {
+                relays: replicas.max(1),
+                duration: Duration::from_secs(duration),
+                seed,
+                dir: dir.clone(),
+                binary,
+            };
+            if let Err(e) = runtime.block_on(brokers::run(&settings)) {
                 eprintln!("chaos: {e}");
                 return ExitCode::from(2);
             }
@@ -147,6 +175,9 @@ fn main() -> ExitCode {
 }
 
 fn check(dir: &Path) -> ExitCode {
+    if brokers::is_brokers_run(dir) {
+        return check_brokers(dir);
+    }
     if outbox::is_outbox_run(dir) {
         return check_outbox(dir);
     }
@@ -177,6 +208,23 @@ fn check_outbox(dir: &Path) -> ExitCode {
     };
     let tally = outbox::check(&input);
     println!("{}", outbox::report(&tally, dir));
+    if tally.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn check_brokers(dir: &Path) -> ExitCode {
+    let (input, faults) = match brokers::load(dir) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("chaos: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let tally = brokers::check(&input, &faults);
+    println!("{}", brokers::report(&tally, dir));
     if tally.passed() {
         ExitCode::SUCCESS
     } else {

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The fault campaign (docs/testing.md, "Fault campaign"): builds the proxy and the campaign, runs one
 # campaign and checks its histories. Exits 1 when the checker finds a forbidden second run, a
-# mismatched replay or a lost answer (with `--scenario outbox`: a lost row, a rolled-back row
-# sent, an effect twice); 2 when the campaign could not run.
+# mismatched replay or a lost answer (with `--scenario outbox` or `brokers`: a lost row, a
+# rolled-back row sent, an effect twice); 2 when the campaign could not run.
 #
 #   benches/chaos/run.sh [--store file|redis|cluster|postgres] [--replicas N] [--duration SECS]
 #                        [--seed N] [--clients M]
-#   benches/chaos/run.sh --scenario outbox [--replicas RELAYS] [--duration SECS] [--seed N]
+#   benches/chaos/run.sh --scenario outbox|brokers [--replicas RELAYS] [--duration SECS] [--seed N]
 #
 # The histories go to a temporary directory, removed after a clean run and kept otherwise
 # (CHAOS_DIR=path picks the directory and always keeps it). CHAOS_PROXY=path runs the campaign

@@ -6,11 +6,11 @@
 //! faults end, the relays finish what is pending, and the checker (`check.rs`) judges the
 //! application's, the table's and the receiver's histories.
 
-mod app;
-mod check;
-mod faults;
-mod processes;
-mod receiver;
+pub mod app;
+pub mod check;
+pub mod faults;
+pub mod processes;
+pub mod receiver;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -140,7 +140,7 @@ async fn faulty_phase(
 }
 
 /// Waits until no row is pending, or the budget is spent (the checker then counts them lost).
-async fn settle(pool: &Pool) {
+pub async fn settle(pool: &Pool) {
     let deadline = Instant::now() + SETTLE_BUDGET;
     let sql = "SELECT count(*) FROM outbox WHERE delivered_at IS NULL AND dead_at IS NULL";
     while Instant::now() < deadline {
@@ -159,7 +159,7 @@ async fn settle(pool: &Pool) {
     );
 }
 
-async fn dump_rows(pool: &Pool, path: &Path) -> Result<(), String> {
+pub async fn dump_rows(pool: &Pool, path: &Path) -> Result<(), String> {
     let client = pool.get().await.map_err(|e| format!("postgres: {e}"))?;
     let sql = "SELECT id, seq, delivered_at IS NOT NULL, dead_at IS NOT NULL, attempts, \
                last_status FROM outbox ORDER BY seq";
@@ -183,11 +183,11 @@ async fn dump_rows(pool: &Pool, path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn connect(url: &str) -> Result<Pool, String> {
+pub fn connect(url: &str) -> Result<Pool, String> {
     let url = DatabaseUrl::resolve(url).map_err(|e| format!("{e}"))?;
     pool(&url, &ConnectOptions::default()).map_err(|e| format!("{e}"))
 }
 
-fn journal<T: serde::Serialize>(dir: &Path, name: &str) -> Result<Journal<T>, String> {
+pub fn journal<T: serde::Serialize>(dir: &Path, name: &str) -> Result<Journal<T>, String> {
     Journal::create(&dir.join(name)).map_err(|e| format!("{name}: {e}"))
 }

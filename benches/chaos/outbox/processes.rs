@@ -22,7 +22,7 @@ const RESTART_LIMIT: Duration = Duration::from_secs(60);
 pub type Service = Supervised;
 
 /// Writes `config` as `<name>.toml` in the run directory and starts the binary on it.
-async fn service(
+pub async fn service(
     binary: &Path,
     run: &Path,
     name: &str,

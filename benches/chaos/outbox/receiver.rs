@@ -72,6 +72,11 @@ impl Receiver {
         self.journal.flush();
     }
 
+    /// How many effects it has had so far (a second effect of one event counts again).
+    pub fn effects(&self) -> u64 {
+        self.effects.load(Ordering::SeqCst)
+    }
+
     /// Listens on a free loopback port; returns it.
     pub async fn start(self: &Arc<Self>) -> std::io::Result<u16> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
