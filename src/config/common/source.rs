@@ -38,6 +38,16 @@ impl<'a> Source<'a> {
         self.at(spanned.span(), Some(key), reason)
     }
 
+    /// Parses a value the table must give, refusing it with its file, line and key.
+    pub(in crate::config) fn check<T, E: Reason>(
+        &self,
+        value: &Spanned<String>,
+        key: &str,
+        parse: impl FnOnce(&str) -> Result<T, E>,
+    ) -> Result<T, ConfigError> {
+        parse(value.get_ref()).map_err(|reason| self.bad(value, key, reason))
+    }
+
     /// Parses the value of `key`, if the table sets it, into `target`; a value `parse` refuses
     /// is an error at its line.
     pub(in crate::config) fn set<T, V, E: Reason>(

@@ -56,9 +56,9 @@ fn consumer(
     };
     let need = |key: &str| missing(key, &format!("every [[consumers]] table needs a {key}"));
     let name = table.name.as_ref().ok_or_else(|| need("name"))?;
-    let name = check(src, name, "name", consumer_name)?;
+    let name = src.check(name, "name", consumer_name)?;
     let given = table.source.as_ref().ok_or_else(|| need("source"))?;
-    let url = check(src, given, "source", |s| {
+    let url = src.check(given, "source", |s| {
         BrokerUrl::resolve(s).map_err(|e| e.to_string())
     })?;
     let broker = match url.kind().expect("resolve checked the scheme") {
@@ -86,7 +86,7 @@ fn consumer(
         }
     };
     let upstream = table.upstream.as_ref().ok_or_else(|| need("upstream"))?;
-    let upstream = check(src, upstream, "upstream", |u| {
+    let upstream = src.check(upstream, "upstream", |u| {
         let uri = upstream_uri(u)?;
         // A consumer's client has no TLS settings of its own yet.
         (uri.scheme_str() == Some("http"))
@@ -94,7 +94,7 @@ fn consumer(
             .ok_or_else(|| format!("{u:?}: a consumer delivers over http:// only"))
     })?;
     let path = table.path.as_ref().ok_or_else(|| need("path"))?;
-    let path = check(src, path, "path", |p| {
+    let path = src.check(path, "path", |p| {
         let ok = p.starts_with('/') && p.parse::<http::Uri>().is_ok();
         ok.then(|| p.to_owned())
             .ok_or_else(|| format!("{p:?} is not a request target starting with '/'"))
@@ -197,15 +197,6 @@ fn counts(
         &mut settings.max_attempts,
         |n| within(*n, u32::MAX.into()).map(|n| n as u32),
     )
-}
-
-fn check<T>(
-    src: &Source,
-    value: &Spanned<String>,
-    key: &str,
-    parse: impl FnOnce(&str) -> Result<T, String>,
-) -> Result<T, ConfigError> {
-    parse(value.get_ref()).map_err(|reason| src.bad(value, key, reason))
 }
 
 /// Every consumer with every key, as the file would write it; the broker URL without its

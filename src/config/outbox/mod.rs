@@ -66,9 +66,9 @@ fn outbox(
         src.at(span.clone(), Some(key), reason)
     };
     let name = table.name.as_ref().ok_or_else(|| missing("name"))?;
-    let name = check(src, name, "name", |n| OutboxName::new(n))?;
+    let name = src.check(name, "name", |n| OutboxName::new(n))?;
     let given_database = table.database.as_ref().ok_or_else(|| missing("database"))?;
-    let database = check(src, given_database, "database", |d| {
+    let database = src.check(given_database, "database", |d| {
         DatabaseUrl::resolve(d).map_err(|e| e.to_string())
     })?;
     let mut relay = OutboxConfig::new(name);
@@ -314,15 +314,6 @@ fn reference(written: &str, url: &DatabaseUrl) -> String {
     } else {
         url.to_string()
     }
-}
-
-fn check<T, E: Reason>(
-    src: &Source,
-    value: &Spanned<String>,
-    key: &str,
-    parse: impl FnOnce(&str) -> Result<T, E>,
-) -> Result<T, ConfigError> {
-    parse(value.get_ref()).map_err(|reason| src.bad(value, key, reason))
 }
 
 /// Every outbox with every key, as the file would write it; secrets by reference.
