@@ -12,6 +12,7 @@ mod admin;
 mod architecture;
 mod cli;
 mod connection_cap;
+mod consumer_crash;
 mod consumers;
 mod crash;
 mod deploy;
