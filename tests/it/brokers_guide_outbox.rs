@@ -21,7 +21,6 @@ use idempotency_test_support::outbox::OutboxDb;
 use idempotency_test_support::rabbitmq::RabbitVhost;
 use lapin::options::BasicGetOptions;
 use lapin::types::AMQPValue;
-use lapin::{Connection, ConnectionProperties};
 
 const WORKED: &str = "A worked example: JetStream";
 const RABBITMQ: &str = "RabbitMQ";
@@ -147,11 +146,7 @@ async fn the_rabbitmq_outbox_example_runs_as_written() {
 
     // "One message in the queue `payments`", as the page says, with what it says it carries.
     assert!(read(GUIDE).contains("one message in the queue `payments`"));
-    let properties = ConnectionProperties::default()
-        .with_executor(tokio_executor_trait::Tokio::current())
-        .with_reactor(tokio_reactor_trait::Tokio::current());
-    let connection = Connection::connect(&amqp, properties).await.unwrap();
-    let channel = connection.create_channel().await.unwrap();
+    let channel = idempotency_test_support::amqp::channel(&amqp).await;
     let got = channel.basic_get("payments", BasicGetOptions::default());
     let message = got.await.unwrap().expect("a message in the queue");
     assert_eq!(message.message_count, 0, "and only one");

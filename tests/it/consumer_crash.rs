@@ -19,12 +19,12 @@ use common::poll;
 use common::receiver::{Receiver, Reply};
 use common::redis_server::RedisServer;
 use common::temp::TempPath;
+use idempotency_test_support::amqp::declare_durable_queues;
 use idempotency_test_support::nats_server::NatsServer;
 use idempotency_test_support::rabbitmq::RabbitVhost;
 use idempotency_test_support::tcp_relay::TcpRelay;
-use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
-use lapin::types::FieldTable;
-use lapin::{BasicProperties, Connection, ConnectionProperties};
+use lapin::options::BasicPublishOptions;
+use lapin::BasicProperties;
 
 const WAIT: Duration = Duration::from_secs(30);
 /// The message's id, and so its key.
@@ -206,17 +206,8 @@ async fn queued(vhost: &RabbitVhost) -> u64 {
 /// A vhost with the durable queue `fulfilment` holding the message `KEY`.
 async fn rabbitmq_with_a_message() -> Option<RabbitVhost> {
     let vhost = RabbitVhost::create("consumer-kill")?;
-    let properties = ConnectionProperties::default()
-        .with_executor(tokio_executor_trait::Tokio::current())
-        .with_reactor(tokio_reactor_trait::Tokio::current());
-    let connection = Connection::connect(&vhost.url(), properties).await.unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    let durable = QueueDeclareOptions {
-        durable: true,
-        ..QueueDeclareOptions::default()
-    };
-    let queue = channel.queue_declare("fulfilment", durable, FieldTable::default());
-    queue.await.unwrap();
+    let channel = vhost.channel().await;
+    declare_durable_queues(&channel, &["fulfilment"]).await;
     let properties = BasicProperties::default()
         .with_message_id(KEY.into())
         .with_delivery_mode(2);
@@ -224,7 +215,6 @@ async fn rabbitmq_with_a_message() -> Option<RabbitVhost> {
     let body = br#"{"order":7}"#;
     let confirm = channel.basic_publish("", "fulfilment", options, body, properties);
     confirm.await.unwrap().await.unwrap();
-    let _ = connection.close(200, "published").await;
     Some(vhost)
 }
 

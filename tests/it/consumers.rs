@@ -98,23 +98,14 @@ async fn a_jetstream_consumer_delivers_each_message_once_and_drains_on_sigterm()
 
 #[tokio::test]
 async fn a_rabbitmq_consumer_delivers_each_message_once_and_kills_a_poison_one() {
-    use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
-    use lapin::types::FieldTable;
-    use lapin::{BasicProperties, Connection, ConnectionProperties};
+    use idempotency_test_support::amqp::declare_durable_queues;
+    use lapin::options::BasicPublishOptions;
+    use lapin::BasicProperties;
     let Some(vhost) = RabbitVhost::create("consumers-e2e") else {
         return;
     };
-    let properties = ConnectionProperties::default()
-        .with_executor(tokio_executor_trait::Tokio::current())
-        .with_reactor(tokio_reactor_trait::Tokio::current());
-    let connection = Connection::connect(&vhost.url(), properties).await.unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    let durable = QueueDeclareOptions {
-        durable: true,
-        ..QueueDeclareOptions::default()
-    };
-    let queue = channel.queue_declare("fulfilment", durable, FieldTable::default());
-    queue.await.unwrap();
+    let channel = vhost.channel().await;
+    declare_durable_queues(&channel, &["fulfilment"]).await;
     for id in ["pay-1", "pay-1", "poison"] {
         let properties = BasicProperties::default().with_message_id(id.into());
         let options = BasicPublishOptions::default();

@@ -2,11 +2,13 @@
 //! ([`store_suite!`], [`inbox_suite!`]), records to store, temporary files, an HTTP client for
 //! tests over real sockets, private Redis servers and clusters (feature `redis`), private
 //! PostgreSQL servers, private `nats-server`s with JetStream, private vhosts on the shared
-//! RabbitMQ, and a TCP relay a test cuts.
+//! RabbitMQ and a client of them (feature `amqp`), and a TCP relay a test cuts.
 //!
 //! Not published: it exists so that each store crate's tests and the proxy's run the same
 //! cases and start Redis the same way.
 
+#[cfg(feature = "amqp")]
+pub mod amqp;
 pub mod answer;
 pub mod client;
 mod macros;

@@ -13,35 +13,22 @@ use futures_util::StreamExt;
 use idempotency_consumer::source::rabbitmq::RabbitSource;
 use idempotency_consumer::{Consumer, ConsumerSettings};
 use idempotency_core::{MemoryStore, Store};
+use idempotency_test_support::amqp::declare_durable_queues;
 use idempotency_test_support::poll;
 use idempotency_test_support::rabbitmq::RabbitVhost;
 use idempotency_test_support::receiver::{Receiver, Reply};
 use lapin::options::{
     BasicConsumeOptions, BasicPublishOptions, ExchangeDeclareOptions, QueueBindOptions,
-    QueueDeclareOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use lapin::{BasicProperties, Channel, ExchangeKind};
 use tokio_util::sync::CancellationToken;
 
 /// A vhost with a durable queue `fulfilment`, and an exchange `dead` bound to `dead-letters`.
 async fn broker(test: &str) -> Option<(RabbitVhost, Channel)> {
     let vhost = RabbitVhost::create(test)?;
-    let properties = ConnectionProperties::default()
-        .with_executor(tokio_executor_trait::Tokio::current())
-        .with_reactor(tokio_reactor_trait::Tokio::current());
-    let connection = Connection::connect(&vhost.url(), properties).await.unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    let durable = QueueDeclareOptions {
-        durable: true,
-        ..QueueDeclareOptions::default()
-    };
-    for queue in ["fulfilment", "dead-letters"] {
-        channel
-            .queue_declare(queue, durable, FieldTable::default())
-            .await
-            .unwrap();
-    }
+    let channel = vhost.channel().await;
+    declare_durable_queues(&channel, &["fulfilment", "dead-letters"]).await;
     channel
         .exchange_declare(
             "dead",
@@ -61,8 +48,6 @@ async fn broker(test: &str) -> Option<(RabbitVhost, Channel)> {
         )
         .await
         .unwrap();
-    // The connection lives as long as the channel the test keeps.
-    std::mem::forget(connection);
     Some((vhost, channel))
 }
 

@@ -10,12 +10,11 @@ use std::time::Duration;
 
 use common::{event, ordered, Db, HyperTransport, Relays, WAIT};
 use idempotency_outbox::OutboxConfig;
+use idempotency_test_support::amqp::declare_durable_queues;
 use idempotency_test_support::rabbitmq::RabbitVhost;
-use lapin::options::{
-    BasicGetOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
-};
+use lapin::options::{BasicGetOptions, ExchangeDeclareOptions, QueueBindOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use lapin::{BasicProperties, Channel, ExchangeKind};
 
 /// A relay config publishing every topic to the exchange `events` in `vhost`.
 fn config(db: &Db, vhost: &RabbitVhost) -> OutboxConfig {
@@ -26,12 +25,8 @@ fn config(db: &Db, vhost: &RabbitVhost) -> OutboxConfig {
 
 /// A channel of the test's own in `vhost`, with the exchange `events` declared and, when
 /// `bound`, the durable queue `fulfilment` bound to it for `payment.confirmed`.
-async fn declare(vhost: &RabbitVhost, bound: bool) -> (Connection, Channel) {
-    let properties = ConnectionProperties::default()
-        .with_executor(tokio_executor_trait::Tokio::current())
-        .with_reactor(tokio_reactor_trait::Tokio::current());
-    let connection = Connection::connect(&vhost.url(), properties).await.unwrap();
-    let channel = connection.create_channel().await.unwrap();
+async fn declare(vhost: &RabbitVhost, bound: bool) -> Channel {
+    let channel = vhost.channel().await;
     let durable = ExchangeDeclareOptions {
         durable: true,
         ..Default::default()
@@ -46,14 +41,7 @@ async fn declare(vhost: &RabbitVhost, bound: bool) -> (Connection, Channel) {
         .await
         .unwrap();
     if bound {
-        let durable = QueueDeclareOptions {
-            durable: true,
-            ..Default::default()
-        };
-        channel
-            .queue_declare("fulfilment", durable, FieldTable::default())
-            .await
-            .unwrap();
+        declare_durable_queues(&channel, &["fulfilment"]).await;
         channel
             .queue_bind(
                 "fulfilment",
@@ -65,7 +53,7 @@ async fn declare(vhost: &RabbitVhost, bound: bool) -> (Connection, Channel) {
             .await
             .unwrap();
     }
-    (connection, channel)
+    channel
 }
 
 /// Takes every message from the queue `fulfilment`: its properties and body.
@@ -95,7 +83,7 @@ async fn rows_reach_a_bound_queue_with_their_id_and_headers() {
     let Some(vhost) = RabbitVhost::create("delivered") else {
         return;
     };
-    let (_connection, channel) = declare(&vhost, true).await;
+    let channel = declare(&vhost, true).await;
     let relay = db
         .outbox(config(&db, &vhost))
         .start_relay(HyperTransport::shared());
@@ -131,7 +119,7 @@ async fn a_publish_no_queue_takes_is_never_marked_delivered() {
     let Some(vhost) = RabbitVhost::create("unroutable") else {
         return;
     };
-    let (_connection, _channel) = declare(&vhost, false).await;
+    let _channel = declare(&vhost, false).await;
     let mut config = config(&db, &vhost);
     config.max_attempts = 3;
     let relay = db.outbox(config).start_relay(HyperTransport::shared());
@@ -153,7 +141,7 @@ async fn connections_cut_under_load_lose_nothing() {
     let Some(vhost) = RabbitVhost::create("cut") else {
         return;
     };
-    let (_connection, _channel) = declare(&vhost, true).await;
+    let _channel = declare(&vhost, true).await;
     let mut config = config(&db, &vhost);
     config.deliver_timeout = Duration::from_secs(2);
     let relay = db.outbox(config).start_relay(HyperTransport::shared());
@@ -170,7 +158,7 @@ async fn connections_cut_under_load_lose_nothing() {
         db.until_delivered(id).await;
     }
     // The test's own channel went with the cut connections: read through a fresh one.
-    let (_reader, channel) = declare(&vhost, true).await;
+    let channel = declare(&vhost, true).await;
     // Every row is confirmed, so every message is in the queue already.
     let taken: BTreeSet<String> = drain_queue(&channel)
         .await
@@ -188,7 +176,7 @@ async fn rows_of_one_aggregate_reach_the_queue_in_seq_order() {
     let Some(vhost) = RabbitVhost::create("order") else {
         return;
     };
-    let (_connection, channel) = declare(&vhost, true).await;
+    let channel = declare(&vhost, true).await;
     let relay = db
         .outbox(config(&db, &vhost))
         .start_relay(HyperTransport::shared());
