@@ -40,7 +40,7 @@ mod transport;
 mod verdict;
 
 pub use bulk::DeadFilter;
-pub use config::{destination, OnDead, OutboxConfig, LEASE_MARGIN};
+pub use config::{check_destination_concurrency, destination, OnDead, OutboxConfig, LEASE_MARGIN};
 pub use destination::{
     duplicate_window_warnings, redacted, Delivery, DestinationKind, Destinations, HttpPublisher,
     Message, Publisher,
@@ -65,8 +65,8 @@ pub use transport::Transport;
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
-/// The claim the relay runs on `table` (`$1` owner, `$2` lease in ms, `$3` how many), as
-/// text: for an operator or a test to look at its plan with `EXPLAIN (ANALYZE, BUFFERS)` and
+/// The claim the relay runs on `table` (`$1` owner, `$2` lease in ms, `$3` how many, `$4` the
+/// topics left out, `$5` the only topics taken or null), as text: for an operator or a test to look at its plan with `EXPLAIN (ANALYZE, BUFFERS)` and
 /// see that rows waiting behind their aggregate cost the claim nothing.
 pub fn claim_statement(table: &TableName, payload: PayloadKind) -> String {
     sql::claim(table, payload)
