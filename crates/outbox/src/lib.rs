@@ -13,7 +13,8 @@
 //! - [`schema_sql`]: the table, its indexes, and the triggers that keep each aggregate's
 //!   `seq` in commit order and (optionally) wake the relay on every insert.
 //! - [`Outbox`]: one table and its database: the start-up check ([`Outbox::check_table`]),
-//!   the counts, the dead rows, retrying or deleting one.
+//!   the counts (exact, or bounded for the gauges: [`Outbox::gauges`]), the dead rows,
+//!   retrying or deleting one.
 //! - [`Relay`]: claims due rows with a lease, publishes each through its destination's
 //!   [`Publisher`] (HTTP through a [`Transport`], any HTTP client; JetStream and RabbitMQ
 //!   through [`destination::nats`] and [`destination::amqp`]) outside any transaction, writes the outcome fenced by its claim, retries with
@@ -27,6 +28,7 @@ mod config;
 pub mod destination;
 mod enqueue;
 mod error;
+mod gauges;
 mod metrics;
 mod migrate;
 mod names;
@@ -47,6 +49,7 @@ pub use destination::{
 };
 pub use enqueue::{enqueue, Event, Payload};
 pub use error::OutboxError;
+pub use gauges::{OutboxGauges, GAUGE_ROWS};
 /// The client the helper and the relay speak to PostgreSQL with.
 pub use idempotency_postgres::tokio_postgres;
 pub use metrics::{
@@ -70,4 +73,11 @@ pub struct ReadmeDoctests;
 /// see that rows waiting behind their aggregate cost the claim nothing.
 pub fn claim_statement(table: &TableName, payload: PayloadKind) -> String {
     sql::claim(table, payload)
+}
+
+/// The statement [`Outbox::gauges`] runs on `table` (`$1` the entries each part walks,
+/// [`GAUGE_ROWS`]), as text: for an operator or a test to look at its plan and see that it
+/// walks a bounded part of the indexes, whatever the table holds.
+pub fn gauges_statement(table: &TableName, on_dead: OnDead) -> String {
+    gauges::sql(table, on_dead)
 }

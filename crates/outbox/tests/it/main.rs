@@ -1,5 +1,6 @@
 //! The outbox's integration tests, one binary for all of them: delivery, order per aggregate
-//! and the claim's turns, each destination's share of the slots, faults and deadlines,
+//! and the claim's turns, each destination's share of the slots, the gauges' bounded reading,
+//! faults and deadlines,
 //! signatures, least privilege and the start-up check of the table, each against a private
 //! PostgreSQL and a real receiver; JetStream and RabbitMQ destinations against a private
 //! nats-server and a vhost of their own on RabbitMQ.
@@ -10,6 +11,7 @@ mod common;
 mod deadlines;
 mod delivery;
 mod faults;
+mod gauges;
 #[cfg(feature = "nats")]
 mod jetstream;
 mod order;
