@@ -72,7 +72,14 @@ pub struct ReadmeDoctests;
 /// topics left out, `$5` the only topics taken or null), as text: for an operator or a test to look at its plan with `EXPLAIN (ANALYZE, BUFFERS)` and
 /// see that rows waiting behind their aggregate cost the claim nothing.
 pub fn claim_statement(table: &TableName, payload: PayloadKind) -> String {
-    sql::claim(table, payload)
+    sql::claim(table, payload, sql::ClaimOrder::OldestFirst)
+}
+
+/// The claim the relay runs on `table` while a destination is full (the same parameters, `$4`
+/// the topics of the full destinations): newest first, so that it meets the rows of the
+/// destinations with room before the full one's backlog.
+pub fn claim_statement_leaving_out(table: &TableName, payload: PayloadKind) -> String {
+    sql::claim(table, payload, sql::ClaimOrder::NewestFirst)
 }
 
 /// The statement [`Outbox::gauges`] runs on `table` (`$1` the entries each part walks,

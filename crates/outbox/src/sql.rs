@@ -23,6 +23,16 @@ pub(crate) enum MarkKind {
     Unsendable = 3,
 }
 
+/// The order in which a claim walks the due rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClaimOrder {
+    /// Those due longest first: every claim that leaves no destination out.
+    OldestFirst,
+    /// Those due most lately first: a claim that leaves a full destination out, whose backlog
+    /// (due, and older) it would otherwise walk before it met any other row.
+    NewestFirst,
+}
+
 /// The claim for one table: `$1` owner, `$2` lease in ms, `$3` how many, `$4` topics left out
 /// (their destination has no room), `$5` the only topics taken (when `deliver_to` has no room;
 /// null: any other); the claimed rows.
@@ -36,8 +46,12 @@ pub(crate) enum MarkKind {
 /// moment still holds it, so no two rows of one aggregate are ever in flight. The rows of a
 /// destination with no room left are skipped where the walk meets them: they are due, and
 /// cost the claim what due rows cost.
-pub(crate) fn claim(table: &TableName, payload: PayloadKind) -> String {
+pub(crate) fn claim(table: &TableName, payload: PayloadKind, order: ClaimOrder) -> String {
     let t = table.quoted();
+    let direction = match order {
+        ClaimOrder::OldestFirst => "",
+        ClaimOrder::NewestFirst => " DESC",
+    };
     let body = match payload {
         PayloadKind::Bytes => "o.payload",
         PayloadKind::Json | PayloadKind::Text => "convert_to(o.payload::text, 'UTF8')",
@@ -53,7 +67,7 @@ pub(crate) fn claim(table: &TableName, payload: PayloadKind) -> String {
               AND (c.aggregate_id IS NULL OR NOT EXISTS (
                     SELECT 1 FROM {t} e
                     WHERE e.aggregate_id = c.aggregate_id AND e.seq < c.seq AND e.holding))
-            ORDER BY c.next_attempt_at
+            ORDER BY c.next_attempt_at{direction}
             LIMIT $3
             FOR NO KEY UPDATE OF c SKIP LOCKED)
          UPDATE {t} o

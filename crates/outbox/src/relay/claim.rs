@@ -3,7 +3,16 @@
 //!
 //! It claims again straight away while claims come back full (a backlog), and otherwise waits
 //! for a reason: a `NOTIFY` (when a slot is free), a freed slot (when none is), a full
-//! destination with room again, the poll interval, or the stop. A database outage pauses it
+//! destination with room again, the poll interval, or the stop.
+//!
+//! While a destination is full its rows are left out of the claim, but they are still due,
+//! and the claim's index has them in its path. So such a claim walks the due rows newest
+//! first: the rows of the destinations with room (they have room, so they have few rows due,
+//! and those came due lately) are met before the full destination's backlog, which is older.
+//! And when such a claim found nothing, the same claim is not asked again before
+//! `poll_interval` has passed (a `NOTIFY` does not say which topic it is for), unless a
+//! destination's room changed: a full destination's backlog is walked at most once per poll
+//! while the others are idle. A database outage pauses it
 //! (`OUTAGE_PAUSE` between tries) and marks the relay unready; the first claim that succeeds
 //! resumes it. On the stop, rows it had just claimed and not started are given back.
 
@@ -17,8 +26,8 @@ use super::marks::Mark;
 use super::rooms::{ClaimFilter, Room, Slot};
 use super::{attempt, is_stopped, pause_unless_stopped, Shared, OUTAGE_PAUSE};
 use crate::row::ClaimedRow;
-use crate::sql;
-use crate::table::TableLayout;
+use crate::sql::{self, ClaimOrder};
+use crate::table::{PayloadKind, TableLayout};
 use crate::OutboxError;
 
 /// Most rows claimed in one statement.
@@ -36,48 +45,95 @@ pub(super) async fn run(
         return;
     };
     let config = shared.outbox.config();
-    let claim_sql = sql::claim(&config.table, layout.payload);
-    let mut backlog = false;
+    let statements = [ClaimOrder::OldestFirst, ClaimOrder::NewestFirst]
+        .map(|order| sql::claim(&config.table, layout.payload, order));
+    let mut pace = Pace::default();
     while !is_stopped(&stop) {
+        let Some((limit, filter)) = pace.next(&shared) else {
+            pause(&shared, pace.backlog, &mut stop).await;
+            continue;
+        };
+        let started = Instant::now();
+        let statement = &statements[usize::from(filter.narrowed())];
+        let claim = claim(&shared, statement, limit, &filter);
+        let claimed = match shared.outbox.within(claim).await {
+            Ok(claimed) => claimed,
+            Err(e) => {
+                shared.health.unreachable(&e);
+                pause_unless_stopped(OUTAGE_PAUSE, &mut stop).await;
+                continue;
+            }
+        };
+        shared.metrics.claimed(started.elapsed());
+        shared.health.ready();
+        if is_stopped(&stop) {
+            return release(&shared, &claimed.taken).await;
+        }
+        pace.claimed(filter, limit, claimed.returned);
+        start(&shared, &marks, claimed.taken, layout.payload).await;
+        if pace.backlog && shared.permits.available_permits() >= batch(&shared, true) {
+            continue;
+        }
+        pause(&shared, pace.backlog, &mut stop).await;
+    }
+}
+
+/// What the claim loop keeps from one claim to the next.
+#[derive(Debug, Default)]
+struct Pace {
+    /// The last claim came back full: more rows may be due.
+    backlog: bool,
+    /// The last claim left full destinations out (as this filter says) and found nothing, then.
+    fruitless: Option<(ClaimFilter, Instant)>,
+}
+
+impl Pace {
+    /// How many rows the next claim may take, and what it leaves out; `None` when no claim is
+    /// worth its transaction now: every destination is full, or those with room had nothing a
+    /// moment ago (a freed slot, a wake-up or the poll brings the next claim).
+    fn next(&mut self, shared: &Shared) -> Option<(usize, ClaimFilter)> {
         let free = shared.permits.available_permits().min(CLAIM_BATCH);
         let filter = shared.rooms.filter();
         let limit = free.min(filter.room);
-        if limit == 0 && free > 0 {
-            // Every destination is full: nothing to claim until one has room, which wakes this.
-            backlog = false;
+        let poll = shared.outbox.config().poll_interval;
+        let in_vain = self
+            .fruitless
+            .as_ref()
+            .is_some_and(|(f, at)| *f == filter && at.elapsed() < poll);
+        if limit > 0 && !in_vain {
+            return Some((limit, filter));
         }
-        if limit > 0 {
-            let started = Instant::now();
-            let claim = claim(&shared, &claim_sql, limit, &filter);
-            let claimed = match shared.outbox.within(claim).await {
-                Ok(claimed) => claimed,
-                Err(e) => {
-                    shared.health.unreachable(&e);
-                    pause_unless_stopped(OUTAGE_PAUSE, &mut stop).await;
-                    continue;
-                }
-            };
-            shared.metrics.claimed(started.elapsed());
-            shared.health.ready();
-            if is_stopped(&stop) {
-                return release(&shared, &claimed.taken).await;
-            }
-            for (row, room) in claimed.taken {
-                let relay = slot(&shared).await;
-                let (shared, marks) = (shared.clone(), marks.clone());
-                let kind = layout.payload;
-                let slot = Slot { relay, room };
-                shared
-                    .attempts
-                    .clone()
-                    .spawn(attempt::run(shared, row, slot, marks, kind));
-            }
-            backlog = claimed.returned == limit;
-            if backlog && shared.permits.available_permits() >= batch(&shared, backlog) {
-                continue;
-            }
+        if free > 0 {
+            self.backlog = false;
         }
-        pause(&shared, backlog, &mut stop).await;
+        None
+    }
+
+    /// What a claim of at most `limit` rows that returned `returned` says of the next.
+    fn claimed(&mut self, filter: ClaimFilter, limit: usize, returned: usize) {
+        self.backlog = returned == limit;
+        self.fruitless = (filter.narrowed() && returned == 0).then(|| (filter, Instant::now()));
+    }
+}
+
+/// Starts an attempt for each claimed row, each holding one of the relay's slots and one of
+/// its destination's.
+async fn start(
+    shared: &Arc<Shared>,
+    marks: &mpsc::UnboundedSender<Mark>,
+    taken: Vec<(ClaimedRow, Room)>,
+    payload: PayloadKind,
+) {
+    for (row, room) in taken {
+        let slot = Slot {
+            relay: slot(shared).await,
+            room,
+        };
+        let (shared, marks) = (shared.clone(), marks.clone());
+        shared
+            .attempts
+            .clone()
+            .spawn(attempt::run(shared, row, slot, marks, payload));
     }
 }
 

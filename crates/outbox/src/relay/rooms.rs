@@ -76,6 +76,13 @@ impl Slot {
     }
 }
 
+impl ClaimFilter {
+    /// Whether the claim leaves any destination out.
+    pub(crate) fn narrowed(&self) -> bool {
+        !self.excluded.is_empty() || self.only.is_some()
+    }
+}
+
 impl Rooms {
     /// `destination_concurrency` slots for each destination URL of `config`.
     pub(crate) fn new(config: &OutboxConfig) -> Self {
@@ -115,12 +122,9 @@ impl Rooms {
             let open = self.listed.iter().filter(|(_, url)| !full(url));
             open.map(|(topic, _)| topic.clone()).collect()
         });
-        // Without deliver_to, a topic not listed has no destination, and its rows (dead at
-        // once) take no destination's room.
-        let room = match self.fallback {
-            None => usize::MAX,
-            Some(_) => self.by_url.keys().map(|url| self.room(url)).sum(),
-        };
+        // A row without a destination (a topic not listed, and no deliver_to) takes no room:
+        // it is claimed along with the others, to be made dead.
+        let room = self.by_url.keys().map(|url| self.room(url)).sum();
         ClaimFilter {
             excluded,
             only,

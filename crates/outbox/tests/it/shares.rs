@@ -1,7 +1,8 @@
 //! Each destination's share of the slots (`destination_concurrency`): a receiver that accepts
 //! connections and never answers holds at most its share of the relay's attempts, while the
 //! rows of another destination, committed after its backlog, are all delivered; the rows it
-//! has no room for hold neither a lease nor an attempt.
+//! has no room for hold neither a lease nor an attempt; and a claim that leaves a full
+//! destination out meets the other destinations' rows before that destination's backlog.
 
 use crate::common;
 
@@ -10,7 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Db, HyperTransport, Receiver, Relays, WAIT};
-use idempotency_outbox::{Event, EventId};
+use idempotency_outbox::{
+    claim_statement, claim_statement_leaving_out, Event, EventId, PayloadKind, TableName,
+};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 
@@ -107,4 +110,73 @@ async fn a_hung_receiver_holds_only_its_share_while_other_topics_flow() {
     assert_eq!((held, attempted), (2, 2));
     assert_eq!(receiver.all().len(), 20, "each of b's rows sent once");
     drop(relay);
+}
+
+/// The buffers a claim of `limit` rows reads (`EXPLAIN (ANALYZE, BUFFERS)`, rolled back) with
+/// the topics `left_out` left out, and how many rows it claimed.
+async fn claim_buffers(db: &Db, claim: &str, limit: i64, left_out: &str) -> (i64, u64) {
+    let claim = claim
+        .replace("$1", "'explain'")
+        .replace("$2::int8", "30000::int8")
+        .replace("$3", &limit.to_string())
+        .replace("$4", &format!("'{{{left_out}}}'"))
+        .replace("$5", "NULL");
+    let mut client = db.pool.get().await.unwrap();
+    let transaction = client.transaction().await.unwrap();
+    let messages = transaction
+        .simple_query(&format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {claim}"))
+        .await
+        .unwrap();
+    transaction.rollback().await.unwrap();
+    let text = messages
+        .iter()
+        .find_map(|m| match m {
+            idempotency_outbox::tokio_postgres::SimpleQueryMessage::Row(row) => {
+                row.get(0).map(str::to_owned)
+            }
+            _ => None,
+        })
+        .unwrap();
+    let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let top = &plan[0]["Plan"];
+    let blocks = ["Shared Hit Blocks", "Shared Read Blocks"]
+        .iter()
+        .map(|k| top[k].as_i64().unwrap_or(0))
+        .sum();
+    (blocks, top["Actual Rows"].as_u64().unwrap_or(0))
+}
+
+#[tokio::test]
+async fn a_claim_that_leaves_a_full_destination_out_meets_the_others_before_its_backlog() {
+    let Some(db) = Db::fresh().await else { return };
+    let table = TableName::default();
+    let newest_first = claim_statement_leaving_out(&table, PayloadKind::Json);
+    let rows = |topic: &str, count: u32| {
+        format!(
+            "INSERT INTO outbox (id, topic, payload)
+                 SELECT '{topic}-' || i, '{topic}', '{{}}' FROM generate_series(1, {count}) i;"
+        )
+    };
+    db.execute(&rows("b", 10)).await;
+    db.execute("ANALYZE outbox").await;
+    let (clean, claimed) = claim_buffers(&db, &newest_first, 2, "a").await;
+    assert_eq!(claimed, 2);
+
+    // The full destination's backlog, due before b's rows: a claim in due order walks it all.
+    db.execute("TRUNCATE outbox").await;
+    db.execute(&format!(
+        "{} {} ANALYZE outbox;",
+        rows("a", 20_000),
+        rows("b", 10)
+    ))
+    .await;
+    let (behind, claimed) = claim_buffers(&db, &newest_first, 2, "a").await;
+    assert_eq!(claimed, 2, "two of b's rows");
+    assert!(
+        behind <= clean + 40,
+        "the claim read {behind} buffers behind a's backlog, {clean} without it"
+    );
+    let oldest_first = claim_statement(&table, PayloadKind::Json);
+    let (walked, _) = claim_buffers(&db, &oldest_first, 2, "a").await;
+    assert!(walked > behind * 10, "in due order it reads {walked}");
 }
