@@ -39,14 +39,16 @@ async fn serve_on_workers(settings: Settings, overrides: Overrides) -> Result<()
     // Before the listener is bound: from then on a SIGHUP must reload, never end the process.
     let hangups = hangup::reload_on_hangup(&proxy);
     let relay_only = settings.routes.is_empty();
+    // The admin listener first: once the proxy's port accepts a connection, its health and
+    // status are there to be asked too.
+    let admin = match settings.admin_listen {
+        Some(addr) => Some(listeners::spawn_admin(&proxy, addr).await?),
+        None => None,
+    };
     let listeners = if relay_only {
         Vec::new()
     } else {
         listeners::for_workers(settings.listen, settings.workers)?
-    };
-    let admin = match settings.admin_listen {
-        Some(addr) => Some(listeners::spawn_admin(&proxy, addr).await?),
-        None => None,
     };
     if relay_only {
         tracing::info!(

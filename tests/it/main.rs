@@ -10,8 +10,11 @@ mod demo_upstream;
 
 mod admin;
 mod architecture;
+mod brokers_guide;
+mod brokers_guide_outbox;
 mod cli;
 mod connection_cap;
+mod consumer_crash;
 mod consumers;
 mod crash;
 mod deploy;

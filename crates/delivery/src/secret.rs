@@ -55,8 +55,17 @@ impl Secret {
     /// assert!(matches!(Secret::resolve("s3cret"), Err(SecretError::Inline)));
     /// ```
     pub fn resolve(reference: &str) -> Result<Self, SecretError> {
+        Self::resolve_in(reference, |name| std::env::var(name))
+    }
+
+    /// [`Secret::resolve`] with `env:` looked up by `env`, so its tests need not write to the
+    /// process's environment, which every test thread shares.
+    fn resolve_in(
+        reference: &str,
+        env: impl FnOnce(&str) -> Result<String, std::env::VarError>,
+    ) -> Result<Self, SecretError> {
         let value = if let Some(name) = reference.strip_prefix("env:") {
-            std::env::var(name).map_err(|source| SecretError::NotSet {
+            env(name).map_err(|source| SecretError::NotSet {
                 name: name.to_owned(),
                 source,
             })?
@@ -121,6 +130,21 @@ mod tests {
             let reason = Secret::resolve(&reference).unwrap_err().to_string();
             assert!(!reason.contains('\n'), "{reason}");
         }
+    }
+
+    #[test]
+    fn reads_a_variable_and_names_one_not_set() {
+        let secret = Secret::resolve_in("env:SIGNING", |name| {
+            assert_eq!(name, "SIGNING");
+            Ok("s3cret".to_owned())
+        })
+        .unwrap();
+        assert_eq!(secret.expose(), b"s3cret");
+        assert_eq!(secret.reference(), "env:SIGNING");
+        let unset = Secret::resolve("env:IDEMPOTENCY_DELIVERY_NO_SUCH_VARIABLE").unwrap_err();
+        assert!(matches!(unset, SecretError::NotSet { .. }), "{unset}");
+        let empty = Secret::resolve_in("env:EMPTY", |_| Ok(String::new())).unwrap_err();
+        assert!(matches!(empty, SecretError::Empty { .. }), "{empty}");
     }
 
     #[test]

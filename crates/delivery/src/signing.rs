@@ -73,8 +73,11 @@ impl WebhookSigner {
     /// use idempotency_delivery::signing::WebhookSigner;
     /// use idempotency_delivery::Secret;
     ///
-    /// std::env::set_var("SIGNING_DOC", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
-    /// let signer = WebhookSigner::new(&Secret::resolve("env:SIGNING_DOC").unwrap()).unwrap();
+    /// # let path = std::env::temp_dir().join(format!("signing-doc-{}", std::process::id()));
+    /// # std::fs::write(&path, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n").unwrap();
+    /// # let reference = format!("file:{}", path.display());
+    /// // `reference` is "file:PATH" of a file holding whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw.
+    /// let signer = WebhookSigner::new(&Secret::resolve(&reference).unwrap()).unwrap();
     /// let signature = signer.sign("msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, br#"{"test": 2432232314}"#);
     /// assert_eq!(signature, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
     /// ```
@@ -108,19 +111,22 @@ impl fmt::Debug for WebhookSigner {
 mod tests {
     use super::*;
 
+    /// A secret read from a file of its own: the environment is shared by every test thread.
     fn secret(name: &str, value: &str) -> Secret {
-        std::env::set_var(name, value);
-        Secret::resolve(&format!("env:{name}")).unwrap()
+        let path = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        std::fs::write(&path, value).unwrap();
+        Secret::resolve(&format!("file:{}", path.display())).unwrap()
     }
 
     #[test]
     fn a_secret_not_in_the_whsec_form_is_refused_by_reference() {
-        let refused = WebhookSigner::new(&secret("SIGNING_BAD", "plain")).unwrap_err();
-        assert_eq!(refused.reference(), "env:SIGNING_BAD");
+        let plain = secret("signing-bad", "plain");
+        let refused = WebhookSigner::new(&plain).unwrap_err();
+        assert_eq!(refused.reference(), plain.reference());
         let text = refused.to_string();
-        assert!(text.contains("env:SIGNING_BAD"), "{text}");
+        assert!(text.contains(plain.reference()), "{text}");
         assert!(!text.contains("plain"), "{text}");
-        let not_base64 = secret("SIGNING_NOT_BASE64", "whsec_*not*base64*");
+        let not_base64 = secret("signing-not-base64", "whsec_*not*base64*");
         let refused = WebhookSigner::new(&not_base64).unwrap_err().to_string();
         assert!(!refused.contains('*'), "{refused}");
     }

@@ -311,11 +311,10 @@ mod tests {
             refused.contains("user info") && !refused.contains("s3cret"),
             "{refused}"
         );
-        std::env::set_var(
-            "OUTBOX_CONFIG_TEST_URL",
-            "amqps://app:s3cret@mq:5671/orders\n",
-        );
-        let read = destination("env:OUTBOX_CONFIG_TEST_URL").unwrap();
+        // A file, not a variable: the environment is shared by every test thread.
+        let path = std::env::temp_dir().join(format!("outbox-config-url-{}", std::process::id()));
+        std::fs::write(&path, "amqps://app:s3cret@mq:5671/orders\n").unwrap();
+        let read = destination(&format!("file:{}", path.display())).unwrap();
         assert_eq!(crate::redacted(&read), "amqps://app:***@mq:5671/orders");
         let missing = destination("env:OUTBOX_CONFIG_TEST_UNSET").unwrap_err();
         assert_eq!(missing.kind(), crate::NameKind::Destination);

@@ -121,9 +121,10 @@ mod tests {
 
     #[test]
     fn reads_a_reference() {
-        let name = "IDEMPOTENCY_POSTGRES_URL_TEST";
-        std::env::set_var(name, "postgres://u:p@h/d\n");
-        let url = DatabaseUrl::resolve(&format!("env:{name}")).unwrap();
+        // A file, not a variable: the environment is shared by every test thread.
+        let path = std::env::temp_dir().join(format!("postgres-url-{}", std::process::id()));
+        std::fs::write(&path, "postgres://u:p@h/d\n").unwrap();
+        let url = DatabaseUrl::resolve(&format!("file:{}", path.display())).unwrap();
         assert_eq!(url.to_string(), "postgres://u@h:5432/d");
         let refused = DatabaseUrl::resolve("env:IDEMPOTENCY_POSTGRES_NO_SUCH").unwrap_err();
         assert!(refused.to_string().contains("not set"), "{refused}");

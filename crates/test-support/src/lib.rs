@@ -1,8 +1,8 @@
 //! Test support for the idempotency crates: the store suite every backend and decorator runs
 //! ([`store_suite!`], [`inbox_suite!`]), records to store, temporary files, an HTTP client for
 //! tests over real sockets, private Redis servers and clusters (feature `redis`), private
-//! PostgreSQL servers, private `nats-server`s with JetStream, and private vhosts on the shared
-//! RabbitMQ.
+//! PostgreSQL servers, private `nats-server`s with JetStream, private vhosts on the shared
+//! RabbitMQ, and a TCP relay a test cuts.
 //!
 //! Not published: it exists so that each store crate's tests and the proxy's run the same
 //! cases and start Redis the same way.
@@ -24,4 +24,5 @@ pub mod redis_cluster;
 pub mod redis_server;
 pub mod signal;
 pub mod suite;
+pub mod tcp_relay;
 pub mod temp;

@@ -55,6 +55,11 @@ impl RabbitVhost {
         &self.name
     }
 
+    /// The broker's address, `host:port`.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
     /// Its `amqp://` URL, with the `guest` credentials.
     pub fn url(&self) -> String {
         format!("amqp://guest:guest@{}/{}", self.address, self.name)

@@ -5,13 +5,13 @@
 
 pub(in crate::config) mod keys;
 
-use std::collections::HashMap;
 use std::ops::Range;
 use std::time::Duration;
 
 use toml::Spanned;
 
 use crate::config::common::error::ConfigError;
+use crate::config::common::names::TakenNames;
 use crate::config::common::source::Source;
 use crate::config::common::values::{duration, method, status, upstream_uri};
 use crate::config::file::unspanned;
@@ -25,21 +25,12 @@ pub(in crate::config) fn resolve(
     src: &Source,
     tables: &[Spanned<ConsumerTable>],
 ) -> Result<Vec<ConsumerConfig>, ConfigError> {
-    let mut names: HashMap<String, usize> = HashMap::new();
+    let mut names = TakenNames::new("consumer");
     let mut consumers = Vec::with_capacity(tables.len());
     for table in tables {
         let consumer = consumer(src, table.get_ref(), table.span())?;
-        let name = consumer.settings.name.clone();
-        if let Some(line) = names.get(&name) {
-            let given = table
-                .get_ref()
-                .name
-                .as_ref()
-                .expect("a resolved consumer has a name");
-            let reason = format!("consumer name {name:?} is already used on line {line}");
-            return Err(src.bad(given, "name", reason));
-        }
-        names.insert(name, src.line(table.span().start));
+        let given = table.get_ref().name.as_ref();
+        names.take(src, given, &consumer.settings.name, table.span().start)?;
         consumers.push(consumer);
     }
     Ok(consumers)

@@ -7,13 +7,13 @@ pub(in crate::config) mod restart;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
 use std::ops::Range;
 use std::time::Duration;
 
 use toml::Spanned;
 
 use crate::config::common::error::{ConfigError, Reason};
+use crate::config::common::names::TakenNames;
 use crate::config::common::source::Source;
 use crate::config::common::values::{duration, method};
 use crate::config::file::unspanned;
@@ -37,21 +37,12 @@ pub(in crate::config) fn resolve(
     src: &Source,
     tables: &[Spanned<OutboxTable>],
 ) -> Result<Vec<OutboxSettings>, ConfigError> {
-    let mut names: HashMap<String, usize> = HashMap::new();
+    let mut names = TakenNames::new("outbox");
     let mut outboxes = Vec::with_capacity(tables.len());
     for table in tables {
         let outbox = outbox(src, table.get_ref(), table.span())?;
-        let name = outbox.relay.name.as_str().to_owned();
-        if let Some(line) = names.get(&name) {
-            let given = table
-                .get_ref()
-                .name
-                .as_ref()
-                .expect("a resolved outbox has a name");
-            let reason = format!("outbox name {name:?} is already used on line {line}");
-            return Err(src.bad(given, "name", reason));
-        }
-        names.insert(name, src.line(table.span().start));
+        let given = table.get_ref().name.as_ref();
+        names.take(src, given, outbox.relay.name.as_str(), table.span().start)?;
         outboxes.push(outbox);
     }
     Ok(outboxes)

@@ -38,21 +38,44 @@ on_dead = "block"
 keep_delivered = "0s"
 "#;
 
-fn secrets() {
-    std::env::set_var(
-        "OUTBOX_TESTS_DATABASE_URL",
-        "postgres://relay:hunter2@db.internal:5432/payments",
-    );
-    std::env::set_var(
-        "OUTBOX_TESTS_SIGNING_SECRET",
-        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-    );
+/// The `file:` references the configs of these tests name. Files, not `env:`: the
+/// environment is the whole process's, shared by every test thread.
+struct Secrets {
+    database: String,
+    signing: String,
+    amqp: String,
+}
+
+fn secrets() -> &'static Secrets {
+    static SECRETS: std::sync::OnceLock<Secrets> = std::sync::OnceLock::new();
+    SECRETS.get_or_init(|| Secrets {
+        database: secret_file(
+            "database",
+            "postgres://relay:hunter2@db.internal:5432/payments",
+        ),
+        signing: secret_file("signing", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+        amqp: secret_file("amqp", "amqp://relay:hunter2@mq.internal:5672/orders"),
+    })
+}
+
+fn secret_file(name: &str, value: &str) -> String {
+    let path =
+        std::env::temp_dir().join(format!("outbox-config-tests-{}-{name}", std::process::id()));
+    std::fs::write(&path, value).unwrap();
+    format!("file:{}", path.display())
+}
+
+/// [`EVERY_KEY`] with its secret references pointing at this process's files.
+fn every_key() -> String {
+    let secrets = secrets();
+    EVERY_KEY
+        .replace("env:OUTBOX_TESTS_DATABASE_URL", &secrets.database)
+        .replace("env:OUTBOX_TESTS_SIGNING_SECRET", &secrets.signing)
 }
 
 #[test]
 fn every_key_is_read_and_a_config_of_outboxes_alone_is_a_relay_only_process() {
-    secrets();
-    let settings = load_text(EVERY_KEY).unwrap();
+    let settings = load_text(&every_key()).unwrap();
     assert!(settings.routes.is_empty(), "relay only");
     let outbox = &settings.outboxes[0];
     let relay = &outbox.relay;
@@ -115,10 +138,9 @@ fn defaults_are_the_documented_ones() {
 
 #[test]
 fn check_prints_references_never_secrets_and_loads_back_the_same() {
-    secrets();
-    let with_routes = format!("upstream = \"http://127.0.0.1:9000\"\n{EVERY_KEY}");
+    let with_routes = format!("upstream = \"http://127.0.0.1:9000\"\n{}", every_key());
     let inline = with_routes.replace(
-        "env:OUTBOX_TESTS_DATABASE_URL",
+        &secrets().database,
         "postgres://relay:hunter2@db.internal:5432/payments",
     );
     for text in [with_routes.as_str(), inline.as_str()] {
@@ -128,7 +150,8 @@ fn check_prints_references_never_secrets_and_loads_back_the_same() {
             "{printed}"
         );
         assert!(printed.contains("[[outboxes]]") && printed.contains("on_dead = \"block\""));
-        assert!(printed.contains("signing_secret = \"env:OUTBOX_TESTS_SIGNING_SECRET\""));
+        let signing = format!("signing_secret = \"{}\"", secrets().signing);
+        assert!(printed.contains(&signing), "{printed}");
         let again = load_text(&printed).unwrap().to_toml();
         assert_eq!(again, printed);
     }
@@ -138,7 +161,9 @@ fn check_prints_references_never_secrets_and_loads_back_the_same() {
 
 #[test]
 fn refusals_name_the_file_line_and_key() {
-    secrets();
+    let database = &secrets().database;
+    let not_whsec =
+        format!("config.toml:5: key \"signing_secret\": the secret in {database} must be whsec_");
     let base = "[[outboxes]]\nname = \"o\"\ndatabase = \"postgres://u@h/d\"\ndeliver_to = \"http://127.0.0.1:9/\"\n";
     let cases = [
         (format!("{base}retries = 3\n"), "config.toml:5: unknown key \"retries\""),
@@ -149,7 +174,7 @@ fn refusals_name_the_file_line_and_key() {
         (format!("{base}deliver_concurrency = 4\ndestination_concurrency = 8\n"), "config.toml:6: key \"destination_concurrency\": 8 is more than deliver_concurrency (4)"),
         (format!("{base}poll_interval = \"0s\"\n"), "config.toml:5: key \"poll_interval\""),
         (format!("{base}signing_secret = \"whsec_abc\"\n"), "config.toml:5: key \"signing_secret\": a secret is given as"),
-        (format!("{base}signing_secret = \"env:OUTBOX_TESTS_DATABASE_URL\"\n"), "config.toml:5: key \"signing_secret\": the secret in env:OUTBOX_TESTS_DATABASE_URL must be whsec_"),
+        (format!("{base}signing_secret = \"{database}\"\n"), not_whsec.as_str()),
         (format!("{base}topics = {{ \"a\" = \"ftp://x/\" }}\n"), "config.toml:5: key \"topics\": topic \"a\": invalid destination URL"),
         (format!("{base}table = \"a.b.c\"\n"), "config.toml:5: key \"table\""),
         (format!("{base}name = \"x\"\n"), "config.toml:5: key \"name\": duplicate key"),
@@ -183,11 +208,9 @@ fn the_example_configs_outbox_loads_once_uncommented() {
         text.push('\n');
         text.push_str(&line[2..]);
     }
-    std::env::set_var("OUTBOX_DATABASE_URL", "postgres://app@127.0.0.1:5432/app");
-    std::env::set_var(
-        "OUTBOX_SIGNING_SECRET",
-        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-    );
+    let text = text
+        .replace("env:OUTBOX_DATABASE_URL", &secrets().database)
+        .replace("env:OUTBOX_SIGNING_SECRET", &secrets().signing);
     let refused = load_text(&text).unwrap_err().to_string();
     // Everything but the CA file, which the example only names.
     assert!(refused.contains("key \"upstream_ca\""), "{refused}");
@@ -229,20 +252,17 @@ fn a_reload_may_not_change_the_outboxes_nor_turn_a_relay_only_process_into_a_pro
 
 #[test]
 fn broker_destinations_are_read_and_check_shows_no_credentials() {
-    std::env::set_var(
-        "OUTBOX_TESTS_AMQP_URL",
-        "amqp://relay:hunter2@mq.internal:5672/orders",
-    );
     let text = r#"
 [[outboxes]]
 name = "payments"
 database = "postgres://u@h/d"
 deliver_to = "nats://relay:hunter2@127.0.0.1:4222"
 nats_subject_prefix = "events."
-topics = { "payment.confirmed" = "env:OUTBOX_TESTS_AMQP_URL" }
+topics = { "payment.confirmed" = "AMQP_REF" }
 amqp_exchange = "events"
-"#;
-    let settings = load_text(text).unwrap();
+"#
+    .replace("AMQP_REF", &secrets().amqp);
+    let settings = load_text(&text).unwrap();
     let relay = &settings.outboxes[0].relay;
     assert_eq!(relay.nats_subject_prefix, "events.");
     assert_eq!(relay.amqp_exchange, "events");

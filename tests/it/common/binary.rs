@@ -97,6 +97,17 @@ pub(crate) async fn start_with_admin_env(
     stderr: impl Fn() -> Stdio,
     env: &[(&str, &str)],
 ) -> (tokio::process::Child, TestClient, TestClient) {
+    start_with_admin_on(upstream, config, "memory", stderr, env).await
+}
+
+/// Like [`start_with_admin_env`], on the store `store` (a `--store` value).
+pub(crate) async fn start_with_admin_on(
+    upstream: &str,
+    config: &Path,
+    store: &str,
+    stderr: impl Fn() -> Stdio,
+    env: &[(&str, &str)],
+) -> (tokio::process::Child, TestClient, TestClient) {
     let admin_addr = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -106,7 +117,7 @@ pub(crate) async fn start_with_admin_env(
         "--config",
         &config,
         "--store",
-        "memory",
+        store,
         "--admin-listen",
         &admin,
     ];

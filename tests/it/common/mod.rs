@@ -4,6 +4,7 @@
 //! use too.
 
 pub(crate) mod binary;
+pub(crate) mod broker_guide;
 pub(crate) mod console;
 pub(crate) mod grpc;
 pub(crate) mod inbox_upstream;

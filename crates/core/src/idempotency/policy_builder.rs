@@ -173,8 +173,11 @@ impl PolicyBuilder {
     /// use idempotency_core::Secret;
     /// use idempotency_core::Policy;
     ///
-    /// # std::env::set_var("GITHUB_WEBHOOK_SECRET", "It's a Secret to Everybody");
-    /// let secret = Secret::resolve("env:GITHUB_WEBHOOK_SECRET").unwrap();
+    /// # let path = std::env::temp_dir().join(format!("github-secret-{}", std::process::id()));
+    /// # std::fs::write(&path, "It's a Secret to Everybody").unwrap();
+    /// # let reference = format!("file:{}", path.display());
+    /// // `reference` is "env:NAME" or "file:PATH", as the config file names it.
+    /// let secret = Secret::resolve(&reference).unwrap();
     /// let verifier = Verifier::new(Scheme::Github, secret, None).unwrap();
     /// let policy = Policy::builder("github").with_verifier(verifier).build()?;
     /// # Ok::<(), idempotency_core::PolicyError>(())

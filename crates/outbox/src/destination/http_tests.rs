@@ -55,11 +55,10 @@ fn the_relays_headers_come_after_and_over_the_rows() {
 
 #[test]
 fn a_signed_request_carries_the_three_webhook_headers() {
-    std::env::set_var(
-        "OUTBOX_HTTP_TEST_SECRET",
-        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-    );
-    let secret = Secret::resolve("env:OUTBOX_HTTP_TEST_SECRET").unwrap();
+    // A file, not a variable: the environment is shared by every test thread.
+    let path = std::env::temp_dir().join(format!("outbox-http-secret-{}", std::process::id()));
+    std::fs::write(&path, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+    let secret = Secret::resolve(&format!("file:{}", path.display())).unwrap();
     let signer = WebhookSigner::new(&secret).unwrap();
     let at = UNIX_EPOCH + Duration::from_secs(1_614_265_330);
     let message = build(PayloadKind::Json, &row(None)).unwrap();

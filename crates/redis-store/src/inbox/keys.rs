@@ -54,7 +54,7 @@ impl InboxLayout {
     }
 
     /// Every shard of a route, in order.
-    pub(crate) fn shards(&self) -> impl Iterator<Item = u16> {
+    pub(crate) fn shards(&self) -> impl Iterator<Item = u16> + use<> {
         0..self.shards
     }
 

@@ -63,9 +63,11 @@ impl Counting {
         Response = Response<Body>,
         Error = Infallible,
         Future: Send + 'static,
-    > + Clone
+    >
+           + Clone
            + Send
-           + 'static {
+           + 'static
+           + use<> {
         let count = self.0.clone();
         tower::service_fn(move |_request: Request<Body>| {
             let n = count.fetch_add(1, Ordering::SeqCst) + 1;
