@@ -130,19 +130,19 @@ pub const METRICS: &[Metric] = &[
         PENDING,
         MetricKind::Gauge,
         &["outbox"],
-        "Outbox rows waiting for an attempt, counted when scraped",
+        "Outbox rows waiting for an attempt, counted when scraped up to 10000 (that many or more)",
     ),
     metric(
         OLDEST_PENDING_SECONDS,
         MetricKind::Gauge,
         &["outbox"],
-        "Age of the oldest outbox row neither delivered nor dead, counted when scraped",
+        "Age of the oldest outbox row neither delivered nor dead, read when scraped (exact below 10000 such rows)",
     ),
     metric(
         BLOCKED_AGGREGATES,
         MetricKind::Gauge,
         &["outbox"],
-        "Aggregates whose later outbox rows wait behind a dead row, counted when scraped",
+        "Aggregates whose later outbox rows wait behind a dead row, counted when scraped among the 10000 oldest dead rows",
     ),
     metric(
         DELIVERY_SECONDS,

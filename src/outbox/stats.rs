@@ -1,11 +1,12 @@
-//! An outbox's table, counted when asked: by the status page, and by a scrape of `/metrics`,
-//! which sets the outbox's gauges (`idempotency_outbox_pending`, `..._oldest_pending_seconds`,
-//! `..._blocked_aggregates`) from the count (`crate::operator::scraped`), so both say what
-//! `GET /outbox/{name}` says at that moment.
+//! An outbox's table, read when asked: counted exactly for the status page (as
+//! `GET /outbox/{name}` counts it), and read in bounded work for a scrape of `/metrics`, which
+//! sets the outbox's gauges (`idempotency_outbox_pending`, `..._oldest_pending_seconds`,
+//! `..._blocked_aggregates`) from [`Outbox::gauges`] (`crate::operator::scraped`): a scrape
+//! comes whatever the table's size, so what it costs the database must not grow with it.
 //!
-//! A count reads the table, so it is kept for `FRESH` and shared: however often `/metrics` is
-//! scraped and the status page asked, the relay's small pool counts each table at most once
-//! per `FRESH` (scrapes that come while a count runs wait for it rather than start another).
+//! Each reading is kept for `FRESH` and shared: however often `/metrics` is scraped and the
+//! status page asked, the relay's small pool reads each table at most once per `FRESH` for
+//! each (callers that come while a reading runs wait for it rather than start another).
 
 use std::time::Duration;
 
@@ -17,17 +18,47 @@ use crate::operator::scraped::GaugeSource;
 use crate::operator::status::OutboxStats;
 use crate::store::StoreError;
 use idempotency_outbox::{
-    Outbox, OutboxCounts, BLOCKED_AGGREGATES, OLDEST_PENDING_SECONDS, PENDING,
+    Outbox, OutboxCounts, OutboxError, OutboxGauges, BLOCKED_AGGREGATES, OLDEST_PENDING_SECONDS,
+    PENDING,
 };
 
-/// How long a count stands for the table.
+/// How long a reading stands for the table.
 const FRESH: Duration = Duration::from_secs(2);
 
-/// One outbox's count, and the gauges it sets.
+/// A reading kept for [`FRESH`].
+#[derive(Debug)]
+struct Cached<T>(Mutex<Option<(Instant, T)>>);
+
+impl<T: Copy> Cached<T> {
+    fn new() -> Self {
+        Self(Mutex::new(None))
+    }
+
+    /// The kept reading while it is fresh, else a new one from `read`.
+    async fn get<F>(&self, read: impl FnOnce() -> F) -> Result<T, StoreError>
+    where
+        F: std::future::Future<Output = Result<T, OutboxError>>,
+    {
+        let mut last = self.0.lock().await;
+        if let Some((at, value)) = *last {
+            if at.elapsed() < FRESH {
+                return Ok(value);
+            }
+        }
+        let value = read()
+            .await
+            .map_err(|e| StoreError::unavailable_from("the outbox's table cannot be read", e))?;
+        *last = Some((Instant::now(), value));
+        Ok(value)
+    }
+}
+
+/// One outbox's readings, and the gauges they set.
 #[derive(Debug)]
 pub(crate) struct TableStats {
     outbox: Outbox,
-    last: Mutex<Option<(Instant, OutboxCounts)>>,
+    counts: Cached<OutboxCounts>,
+    gauges: Cached<OutboxGauges>,
     pending: metrics::Gauge,
     oldest: metrics::Gauge,
     blocked: metrics::Gauge,
@@ -40,7 +71,8 @@ impl TableStats {
             pending: metrics::gauge!(PENDING, "outbox" => name()),
             oldest: metrics::gauge!(OLDEST_PENDING_SECONDS, "outbox" => name()),
             blocked: metrics::gauge!(BLOCKED_AGGREGATES, "outbox" => name()),
-            last: Mutex::new(None),
+            counts: Cached::new(),
+            gauges: Cached::new(),
             outbox,
         }
     }
@@ -49,28 +81,17 @@ impl TableStats {
 #[async_trait]
 impl OutboxStats for TableStats {
     async fn counts(&self) -> Result<OutboxCounts, StoreError> {
-        let mut last = self.last.lock().await;
-        if let Some((at, counts)) = *last {
-            if at.elapsed() < FRESH {
-                return Ok(counts);
-            }
-        }
-        let counts =
-            self.outbox.counts().await.map_err(|e| {
-                StoreError::unavailable_from("the outbox's table cannot be read", e)
-            })?;
-        *last = Some((Instant::now(), counts));
-        Ok(counts)
+        self.counts.get(|| self.outbox.counts()).await
     }
 }
 
 #[async_trait]
 impl GaugeSource for TableStats {
     async fn read(&self) -> Result<(), StoreError> {
-        let counts = OutboxStats::counts(self).await?;
-        self.pending.set(counts.pending as f64);
-        self.oldest.set(counts.oldest_pending.as_secs_f64());
-        self.blocked.set(counts.blocked_aggregates as f64);
+        let gauges = self.gauges.get(|| self.outbox.gauges()).await?;
+        self.pending.set(gauges.pending as f64);
+        self.oldest.set(gauges.oldest_pending.as_secs_f64());
+        self.blocked.set(gauges.blocked_aggregates as f64);
         Ok(())
     }
 }
@@ -84,7 +105,7 @@ mod tests {
     use idempotency_test_support::postgres_server::shared_postgres;
 
     #[tokio::test]
-    async fn scrapes_in_quick_succession_count_the_table_once() {
+    async fn scrapes_and_pages_in_quick_succession_read_the_table_once() {
         let Some(server) = shared_postgres() else {
             return;
         };
@@ -95,10 +116,12 @@ mod tests {
         let outbox = Outbox::new(config, url, ConnectOptions::default()).unwrap();
         let stats = TableStats::new(outbox);
         stats.read().await.unwrap();
-        // Were the table counted again, this scrape would fail.
+        OutboxStats::counts(&stats).await.unwrap();
+        // Were the table read again, these would fail.
         db.execute("ALTER TABLE outbox RENAME TO elsewhere").await;
         for _ in 0..10 {
             stats.read().await.unwrap();
+            OutboxStats::counts(&stats).await.unwrap();
         }
     }
 }

@@ -36,6 +36,7 @@ mod outbox_admin;
 mod outbox_brokers;
 mod outbox_end_to_end;
 mod outbox_guide;
+mod outbox_layout;
 mod outcomes;
 mod postgres_store;
 mod postgres_store_tls;

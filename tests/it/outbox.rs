@@ -133,6 +133,10 @@ async fn check_prints_every_outbox_key_and_no_secret() {
         "{printed}"
     );
     assert!(printed.contains("keep_delivered = \"1day\""), "{printed}");
+    assert!(
+        printed.contains("destination_concurrency = 16"),
+        "deliver_concurrency's, unless set: {printed}"
+    );
 
     let bad = outbox_table(
         "postgres://u@h/d",

@@ -63,6 +63,11 @@ pub struct OutboxConfig {
     pub notify_channel: Option<String>,
     /// Attempts in flight at once (`deliver_concurrency`, default 16).
     pub deliver_concurrency: usize,
+    /// The most attempts in flight to one destination URL (`destination_concurrency`; `None`,
+    /// the default, is `deliver_concurrency`): a destination that stops answering holds at most
+    /// this many of the slots, and the others' rows keep flowing. See
+    /// [`OutboxConfig::destination_limit`].
+    pub destination_concurrency: Option<usize>,
     /// How long one attempt may take, the answer's body included (`deliver_timeout`, 30 s).
     pub deliver_timeout: Duration,
     /// The backoff between failed attempts (`retry_initial` 1 s, `retry_max` 10 min).
@@ -99,6 +104,7 @@ impl OutboxConfig {
             poll_interval: Duration::from_millis(500),
             notify_channel: None,
             deliver_concurrency: 16,
+            destination_concurrency: None,
             deliver_timeout: Duration::from_secs(30),
             retry: Backoff {
                 initial: Duration::from_secs(1),
@@ -116,6 +122,14 @@ impl OutboxConfig {
     /// Where an event of `topic` goes: its line in `topics`, else `deliver_to`.
     pub fn destination(&self, topic: &str) -> Option<&Uri> {
         self.topics.get(topic).or(self.deliver_to.as_ref())
+    }
+
+    /// The most attempts in flight to one destination URL: `destination_concurrency`, never
+    /// more than `deliver_concurrency` (its default).
+    pub fn destination_limit(&self) -> usize {
+        self.destination_concurrency
+            .unwrap_or(self.deliver_concurrency)
+            .min(self.deliver_concurrency)
     }
 
     /// The lease a claim takes: `lease`, and never less than an attempt may take plus
@@ -156,7 +170,25 @@ impl OutboxConfig {
             };
             return Err((key, "must be at least 1".to_owned()));
         }
-        Ok(())
+        check_destination_concurrency(self.destination_concurrency, self.deliver_concurrency)
+            .map_err(|reason| ("destination_concurrency", reason))
+    }
+}
+
+/// `destination_concurrency` beside `deliver_concurrency`: at least 1, and no more than
+/// `deliver_concurrency`, which already bounds every destination (a larger value would promise
+/// what the relay never does).
+pub fn check_destination_concurrency(
+    destination: Option<usize>,
+    deliver_concurrency: usize,
+) -> Result<(), String> {
+    match destination {
+        Some(0) => Err("must be at least 1".to_owned()),
+        Some(n) if n > deliver_concurrency => Err(format!(
+            "{n} is more than deliver_concurrency ({deliver_concurrency}), the attempts in \
+             flight to all destinations together: set it to at most that"
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -310,5 +342,24 @@ mod tests {
         let mut none = config();
         none.max_attempts = 0;
         assert_eq!(none.validate().unwrap_err().0, "max_attempts");
+        for refused in [0, 17] {
+            let mut share = config();
+            share.destination_concurrency = Some(refused);
+            assert_eq!(
+                share.validate().unwrap_err().0,
+                "destination_concurrency",
+                "{refused}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_destination_may_take_every_slot_unless_told_otherwise() {
+        let mut config = config();
+        assert_eq!(config.destination_limit(), 16);
+        config.destination_concurrency = Some(2);
+        assert_eq!(config.destination_limit(), 2);
+        config.deliver_concurrency = 1;
+        assert_eq!(config.destination_limit(), 1, "never more than all of them");
     }
 }

@@ -2,8 +2,8 @@
 //! installed), and the one log line each attempt makes.
 //!
 //! The gauges (`idempotency_outbox_pending`, `..._oldest_pending_seconds`,
-//! `..._blocked_aggregates`) are not kept here: they are counts of the table, which
-//! [`Outbox::counts`](crate::Outbox::counts) reads when someone asks.
+//! `..._blocked_aggregates`) are not kept here: they are readings of the table, which
+//! [`Outbox::gauges`](crate::Outbox::gauges) takes when someone asks.
 
 use std::time::Duration;
 

@@ -23,7 +23,19 @@ pub(crate) enum MarkKind {
     Unsendable = 3,
 }
 
-/// The claim for one table: `$1` owner, `$2` lease in ms, `$3` how many; the claimed rows.
+/// The order in which a claim walks the due rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClaimOrder {
+    /// Those due longest first: every claim that leaves no destination out.
+    OldestFirst,
+    /// Those due most lately first: a claim that leaves a full destination out, whose backlog
+    /// (due, and older) it would otherwise walk before it met any other row.
+    NewestFirst,
+}
+
+/// The claim for one table: `$1` owner, `$2` lease in ms, `$3` how many, `$4` topics left out
+/// (their destination has no room), `$5` the only topics taken (when `deliver_to` has no room;
+/// null: any other); the claimed rows.
 ///
 /// A row is due when it is neither delivered nor dead nor waiting behind an earlier row of its
 /// aggregate (the claim's index holds no other rows, so a claim walks only what is due), its
@@ -31,9 +43,15 @@ pub(crate) enum MarkKind {
 /// aggregate holds it back (`holding`; checked again here for a table without the order
 /// trigger, which sets `waiting`). Rows another relay is claiming right now are skipped, never
 /// waited for. An earlier row of the aggregate being claimed by another relay at the same
-/// moment still holds it, so no two rows of one aggregate are ever in flight.
-pub(crate) fn claim(table: &TableName, payload: PayloadKind) -> String {
+/// moment still holds it, so no two rows of one aggregate are ever in flight. The rows of a
+/// destination with no room left are skipped where the walk meets them: they are due, and
+/// cost the claim what due rows cost.
+pub(crate) fn claim(table: &TableName, payload: PayloadKind, order: ClaimOrder) -> String {
     let t = table.quoted();
+    let direction = match order {
+        ClaimOrder::OldestFirst => "",
+        ClaimOrder::NewestFirst => " DESC",
+    };
     let body = match payload {
         PayloadKind::Bytes => "o.payload",
         PayloadKind::Json | PayloadKind::Text => "convert_to(o.payload::text, 'UTF8')",
@@ -44,10 +62,12 @@ pub(crate) fn claim(table: &TableName, payload: PayloadKind) -> String {
             WHERE c.delivered_at IS NULL AND c.dead_at IS NULL AND NOT c.waiting
               AND c.next_attempt_at <= now()
               AND (c.lease_until IS NULL OR c.lease_until <= now())
+              AND c.topic::text <> ALL($4::text[])
+              AND ($5::text[] IS NULL OR c.topic::text = ANY($5::text[]))
               AND (c.aggregate_id IS NULL OR NOT EXISTS (
                     SELECT 1 FROM {t} e
                     WHERE e.aggregate_id = c.aggregate_id AND e.seq < c.seq AND e.holding))
-            ORDER BY c.next_attempt_at
+            ORDER BY c.next_attempt_at{direction}
             LIMIT $3
             FOR NO KEY UPDATE OF c SKIP LOCKED)
          UPDATE {t} o

@@ -34,6 +34,8 @@ pub(in crate::config) struct OutboxTable {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(in crate::config) deliver_concurrency: Option<Spanned<i64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(in crate::config) destination_concurrency: Option<Spanned<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(in crate::config) deliver_timeout: Option<Spanned<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(in crate::config) retry_initial: Option<Spanned<String>>,

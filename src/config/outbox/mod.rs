@@ -26,7 +26,8 @@ use idempotency_core::proxy::humane_duration;
 use idempotency_core::Secret;
 use idempotency_delivery::signing::WebhookSigner;
 use idempotency_outbox::{
-    channel_name, destination, redacted, OnDead, OutboxConfig, OutboxName, TableName,
+    channel_name, check_destination_concurrency, destination, redacted, OnDead, OutboxConfig,
+    OutboxName, TableName,
 };
 use idempotency_postgres::DatabaseUrl;
 use keys::{OnDeadChoice, OutboxTable};
@@ -211,6 +212,16 @@ fn counts(src: &Source, table: &OutboxTable, relay: &mut OutboxConfig) -> Result
         &mut relay.deliver_concurrency,
         |n| within(*n, 65_536).map(|n| n as usize),
     )?;
+    let slots = relay.deliver_concurrency;
+    src.set(
+        "destination_concurrency",
+        &table.destination_concurrency,
+        &mut relay.destination_concurrency,
+        |n| {
+            let n = within(*n, 65_536)? as usize;
+            check_destination_concurrency(Some(n), slots).map(|()| Some(n))
+        },
+    )?;
     src.set(
         "max_attempts",
         &table.max_attempts,
@@ -343,6 +354,9 @@ fn table(outbox: &OutboxSettings) -> OutboxTable {
         notify_channel: relay.notify_channel.clone().and_then(unspanned),
         deliver_concurrency: unspanned(
             i64::try_from(relay.deliver_concurrency).unwrap_or(i64::MAX),
+        ),
+        destination_concurrency: unspanned(
+            i64::try_from(relay.destination_limit()).unwrap_or(i64::MAX),
         ),
         deliver_timeout: humane(relay.deliver_timeout),
         retry_initial: humane(relay.retry.initial),

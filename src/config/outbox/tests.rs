@@ -27,6 +27,7 @@ signing_secret = "env:OUTBOX_TESTS_SIGNING_SECRET"
 poll_interval = "250ms"
 notify_channel = "outbox"
 deliver_concurrency = 8
+destination_concurrency = 3
 deliver_timeout = "10s"
 retry_initial = "2s"
 retry_max = "5m"
@@ -92,6 +93,7 @@ fn every_key_is_read_and_a_config_of_outboxes_alone_is_a_relay_only_process() {
     assert_eq!(relay.poll_interval, Duration::from_millis(250));
     assert_eq!(relay.notify_channel.as_deref(), Some("outbox"));
     assert_eq!(relay.deliver_concurrency, 8);
+    assert_eq!(relay.destination_concurrency, Some(3));
     assert_eq!(relay.deliver_timeout, Duration::from_secs(10));
     assert_eq!(relay.retry.initial, Duration::from_secs(2));
     assert_eq!(relay.retry.max, Duration::from_secs(300));
@@ -114,6 +116,12 @@ fn defaults_are_the_documented_ones() {
     assert!(relay.signer.is_none() && relay.notify_channel.is_none());
     assert_eq!(relay.poll_interval, Duration::from_millis(500));
     assert_eq!(relay.deliver_concurrency, 16);
+    assert_eq!(
+        (relay.destination_concurrency, relay.destination_limit()),
+        (None, 16),
+        "every slot, unless told otherwise"
+    );
+    assert!(settings.to_toml().contains("destination_concurrency = 16"));
     assert_eq!(relay.deliver_timeout, Duration::from_secs(30));
     assert_eq!(relay.retry.initial, Duration::from_secs(1));
     assert_eq!(relay.retry.max, Duration::from_secs(600));
@@ -162,6 +170,8 @@ fn refusals_name_the_file_line_and_key() {
         (format!("{base}on_dead = \"maybe\"\n"), "config.toml:5: key \"on_dead\""),
         (format!("{base}retry_initial = \"1m\"\nretry_max = \"1s\"\n"), "config.toml:6: key \"retry_max\": retry_max must be at least retry_initial"),
         (format!("{base}deliver_concurrency = 0\n"), "config.toml:5: key \"deliver_concurrency\": 0 is outside 1..=65536"),
+        (format!("{base}destination_concurrency = 0\n"), "config.toml:5: key \"destination_concurrency\": 0 is outside 1..=65536"),
+        (format!("{base}deliver_concurrency = 4\ndestination_concurrency = 8\n"), "config.toml:6: key \"destination_concurrency\": 8 is more than deliver_concurrency (4)"),
         (format!("{base}poll_interval = \"0s\"\n"), "config.toml:5: key \"poll_interval\""),
         (format!("{base}signing_secret = \"whsec_abc\"\n"), "config.toml:5: key \"signing_secret\": a secret is given as"),
         (format!("{base}signing_secret = \"{database}\"\n"), not_whsec.as_str()),

@@ -1,14 +1,16 @@
 //! One attempt: the row's message published outside any transaction, within
 //! `deliver_timeout`, its delivery judged, counted and logged, and handed to the marker. The
-//! slot is freed as soon as the destination has answered, before the mark is written.
+//! slots (the relay's and its destination's) are freed as soon as the destination has
+//! answered, before the mark is written.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::marks::Mark;
+use super::rooms::Slot;
 use super::Shared;
 use crate::destination::{build_message, Delivery, Message, Publisher};
 use crate::metrics::AttemptReport;
@@ -19,7 +21,7 @@ use crate::verdict::{judge, Verdict};
 pub(super) async fn run(
     shared: Arc<Shared>,
     row: ClaimedRow,
-    slot: OwnedSemaphorePermit,
+    slot: Slot,
     marks: mpsc::UnboundedSender<Mark>,
     payload: PayloadKind,
 ) {
@@ -28,14 +30,14 @@ pub(super) async fn run(
     let (verdict, sent) = match unsendable_or_publisher(&shared, &row, payload) {
         Ok((message, publisher)) => {
             let delivery = publish(&**publisher, &message, config.deliver_timeout).await;
-            drop(slot);
+            slot.free(&shared.wake);
             let sample = idempotency_delivery::backoff::random_sample();
             let attempt = row.attempt_number();
             let verdict = judge(config, attempt, row.budget_age_now(), delivery, sample);
             (verdict, true)
         }
         Err(why) => {
-            drop(slot);
+            slot.free(&shared.wake);
             let verdict = Verdict::Dead {
                 status: None,
                 error: why,

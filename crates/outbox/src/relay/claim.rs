@@ -1,22 +1,33 @@
-//! The claim loop: claims due rows, never more than there are free slots, and starts an
-//! attempt for each at once.
+//! The claim loop: claims due rows, never more than there are free slots (the relay's, and
+//! those of the rows' destinations: `rooms.rs`), and starts an attempt for each at once.
 //!
 //! It claims again straight away while claims come back full (a backlog), and otherwise waits
-//! for a reason: a `NOTIFY` (when a slot is free), a freed slot (when none is), the poll
-//! interval, or the stop. A database outage pauses it (`OUTAGE_PAUSE` between tries) and
-//! marks the relay unready; the first claim that succeeds resumes it. On the stop, rows it
-//! had just claimed and not started are given back.
+//! for a reason: a `NOTIFY` (when a slot is free), a freed slot (when none is), a full
+//! destination with room again, the poll interval, or the stop.
+//!
+//! While a destination is full its rows are left out of the claim, but they are still due,
+//! and the claim's index has them in its path. So such a claim walks the due rows newest
+//! first: the rows of the destinations with room (they have room, so they have few rows due,
+//! and those came due lately) are met before the full destination's backlog, which is older.
+//! And when such a claim found nothing, the same claim is not asked again before
+//! `poll_interval` has passed (a `NOTIFY` does not say which topic it is for), unless a
+//! destination's room changed: a full destination's backlog is walked at most once per poll
+//! while the others are idle. A database outage pauses it
+//! (`OUTAGE_PAUSE` between tries) and marks the relay unready; the first claim that succeeds
+//! resumes it. On the stop, rows it had just claimed and not started are given back.
 
 use std::sync::Arc;
 
+use idempotency_postgres::tokio_postgres::types::ToSql;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
 use super::marks::Mark;
+use super::rooms::{ClaimFilter, Room, Slot};
 use super::{attempt, is_stopped, pause_unless_stopped, Shared, OUTAGE_PAUSE};
 use crate::row::ClaimedRow;
-use crate::sql;
-use crate::table::TableLayout;
+use crate::sql::{self, ClaimOrder};
+use crate::table::{PayloadKind, TableLayout};
 use crate::OutboxError;
 
 /// Most rows claimed in one statement.
@@ -34,41 +45,95 @@ pub(super) async fn run(
         return;
     };
     let config = shared.outbox.config();
-    let claim_sql = sql::claim(&config.table, layout.payload);
-    let mut backlog = false;
+    let statements = [ClaimOrder::OldestFirst, ClaimOrder::NewestFirst]
+        .map(|order| sql::claim(&config.table, layout.payload, order));
+    let mut pace = Pace::default();
     while !is_stopped(&stop) {
-        let free = shared.permits.available_permits().min(CLAIM_BATCH);
-        if free > 0 {
-            let started = Instant::now();
-            let rows = match shared.outbox.within(claim(&shared, &claim_sql, free)).await {
-                Ok(rows) => rows,
-                Err(e) => {
-                    shared.health.unreachable(&e);
-                    pause_unless_stopped(OUTAGE_PAUSE, &mut stop).await;
-                    continue;
-                }
-            };
-            shared.metrics.claimed(started.elapsed());
-            shared.health.ready();
-            if is_stopped(&stop) {
-                return release(&shared, &rows).await;
-            }
-            let claimed = rows.len();
-            for row in rows {
-                let permit = slot(&shared).await;
-                let (shared, marks) = (shared.clone(), marks.clone());
-                let kind = layout.payload;
-                shared
-                    .attempts
-                    .clone()
-                    .spawn(attempt::run(shared, row, permit, marks, kind));
-            }
-            backlog = claimed == free;
-            if backlog && shared.permits.available_permits() >= batch(&shared, backlog) {
+        let Some((limit, filter)) = pace.next(&shared) else {
+            pause(&shared, pace.backlog, &mut stop).await;
+            continue;
+        };
+        let started = Instant::now();
+        let statement = &statements[usize::from(filter.narrowed())];
+        let claim = claim(&shared, statement, limit, &filter);
+        let claimed = match shared.outbox.within(claim).await {
+            Ok(claimed) => claimed,
+            Err(e) => {
+                shared.health.unreachable(&e);
+                pause_unless_stopped(OUTAGE_PAUSE, &mut stop).await;
                 continue;
             }
+        };
+        shared.metrics.claimed(started.elapsed());
+        shared.health.ready();
+        if is_stopped(&stop) {
+            return release(&shared, &claimed.taken).await;
         }
-        pause(&shared, backlog, &mut stop).await;
+        pace.claimed(filter, limit, claimed.returned);
+        start(&shared, &marks, claimed.taken, layout.payload).await;
+        if pace.backlog && shared.permits.available_permits() >= batch(&shared, true) {
+            continue;
+        }
+        pause(&shared, pace.backlog, &mut stop).await;
+    }
+}
+
+/// What the claim loop keeps from one claim to the next.
+#[derive(Debug, Default)]
+struct Pace {
+    /// The last claim came back full: more rows may be due.
+    backlog: bool,
+    /// The last claim left full destinations out (as this filter says) and found nothing, then.
+    fruitless: Option<(ClaimFilter, Instant)>,
+}
+
+impl Pace {
+    /// How many rows the next claim may take, and what it leaves out; `None` when no claim is
+    /// worth its transaction now: every destination is full, or those with room had nothing a
+    /// moment ago (a freed slot, a wake-up or the poll brings the next claim).
+    fn next(&mut self, shared: &Shared) -> Option<(usize, ClaimFilter)> {
+        let free = shared.permits.available_permits().min(CLAIM_BATCH);
+        let filter = shared.rooms.filter();
+        let limit = free.min(filter.room);
+        let poll = shared.outbox.config().poll_interval;
+        let in_vain = self
+            .fruitless
+            .as_ref()
+            .is_some_and(|(f, at)| *f == filter && at.elapsed() < poll);
+        if limit > 0 && !in_vain {
+            return Some((limit, filter));
+        }
+        if free > 0 {
+            self.backlog = false;
+        }
+        None
+    }
+
+    /// What a claim of at most `limit` rows that returned `returned` says of the next.
+    fn claimed(&mut self, filter: ClaimFilter, limit: usize, returned: usize) {
+        self.backlog = returned == limit;
+        self.fruitless = (filter.narrowed() && returned == 0).then(|| (filter, Instant::now()));
+    }
+}
+
+/// Starts an attempt for each claimed row, each holding one of the relay's slots and one of
+/// its destination's.
+async fn start(
+    shared: &Arc<Shared>,
+    marks: &mpsc::UnboundedSender<Mark>,
+    taken: Vec<(ClaimedRow, Room)>,
+    payload: PayloadKind,
+) {
+    for (row, room) in taken {
+        let slot = Slot {
+            relay: slot(shared).await,
+            room,
+        };
+        let (shared, marks) = (shared.clone(), marks.clone());
+        shared
+            .attempts
+            .clone()
+            .spawn(attempt::run(shared, row, slot, marks, payload));
     }
 }
 
@@ -100,8 +165,9 @@ fn batch(shared: &Shared, backlog: bool) -> usize {
     }
 }
 
-/// Waits for a reason to claim again: enough free slots for a batch, a `NOTIFY` (while a slot
-/// is free and there is no backlog to claim anyway), the poll interval, or the stop.
+/// Waits for a reason to claim again: enough free slots for a batch, a wake-up (a `NOTIFY`, a
+/// passed turn, a full destination with room again; heard while a slot is free and there is
+/// no backlog to claim anyway), the poll interval, or the stop.
 async fn pause(shared: &Shared, backlog: bool, stop: &mut watch::Receiver<bool>) {
     let batch = batch(shared, backlog);
     let free = shared.permits.available_permits();
@@ -117,39 +183,69 @@ async fn pause(shared: &Shared, backlog: bool, stop: &mut watch::Receiver<bool>)
     }
 }
 
-/// Claims at most `limit` due rows in one short transaction.
+/// What one claim came to.
+struct Claimed {
+    /// The rows to attempt, each with its destination's slot.
+    taken: Vec<(ClaimedRow, Room)>,
+    /// How many rows the claim statement returned, those given back included: as many as it
+    /// was asked for means more may be due.
+    returned: usize,
+}
+
+/// Claims at most `limit` due rows that `filter` lets through, in one short transaction; rows
+/// whose destination has no room left are given back in it before it commits.
 async fn claim(
     shared: &Shared,
     claim_sql: &str,
     limit: usize,
-) -> Result<Vec<ClaimedRow>, OutboxError> {
+    filter: &ClaimFilter,
+) -> Result<Claimed, OutboxError> {
     let mut client = shared.outbox.client().await?;
     let lease =
         i64::try_from(shared.outbox.config().effective_lease().as_millis()).unwrap_or(i64::MAX);
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let transaction = client.transaction().await?;
     let statement = transaction.prepare_cached(claim_sql).await?;
-    let rows = transaction
-        .query(&statement, &[&shared.owner, &lease, &limit])
-        .await?;
-    transaction.commit().await?;
+    let params: [&(dyn ToSql + Sync); 5] = [
+        &shared.owner,
+        &lease,
+        &limit,
+        &filter.excluded,
+        &filter.only,
+    ];
+    let rows = transaction.query(&statement, &params).await?;
     let claimed = Instant::now();
-    rows.iter()
-        .map(|row| ClaimedRow::decode(row, claimed).map_err(OutboxError::from))
-        .collect()
+    let rows = rows
+        .iter()
+        .map(|row| ClaimedRow::decode(row, claimed))
+        .collect::<Result<Vec<_>, _>>()?;
+    let returned = rows.len();
+    let (taken, over) = shared.rooms.share(shared.outbox.config(), rows);
+    if !over.is_empty() {
+        let statement = transaction.prepare_cached(&shared.sql.release).await?;
+        let (ids, attempts) = fences(over.iter());
+        transaction
+            .execute(&statement, &[&ids, &attempts, &shared.owner])
+            .await?;
+    }
+    transaction.commit().await?;
+    Ok(Claimed { taken, returned })
+}
+
+/// The ids and claims' attempts of `rows`: what a release is fenced by.
+fn fences<'a>(rows: impl Iterator<Item = &'a ClaimedRow>) -> (Vec<&'a str>, Vec<i32>) {
+    rows.map(|r| (r.id.as_str(), r.attempt)).unzip()
 }
 
 /// Gives back rows claimed but never attempted: their lease and their claim's attempt undone.
-async fn release(shared: &Shared, rows: &[ClaimedRow]) {
+async fn release(shared: &Shared, rows: &[(ClaimedRow, Room)]) {
     if rows.is_empty() {
         return;
     }
-    let ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
-    let attempts: Vec<i32> = rows.iter().map(|r| r.attempt).collect();
+    let (ids, attempts) = fences(rows.iter().map(|(row, _)| row));
     let released = async {
         let client = shared.outbox.client().await?;
-        let params: [&(dyn idempotency_postgres::tokio_postgres::types::ToSql + Sync); 3] =
-            [&ids, &attempts, &shared.owner];
+        let params: [&(dyn ToSql + Sync); 3] = [&ids, &attempts, &shared.owner];
         client.execute(&shared.sql.release, &params).await?;
         Ok::<_, OutboxError>(())
     };

@@ -3,8 +3,10 @@
 //! Its tasks, and why each is on its own:
 //! - the claim loop (`claim.rs`) claims due rows with a lease, in one short transaction per
 //!   batch, never more rows than there are free slots (`deliver_concurrency`): a claimed row
-//!   that waited for a slot could outlive its lease and be sent twice. It claims again at once
-//!   while batches come back full, on a `NOTIFY`, on a freed slot, and every `poll_interval`;
+//!   that waited for a slot could outlive its lease and be sent twice. Each destination has a
+//!   share of the slots (`destination_concurrency`, `rooms.rs`), and the rows of a destination
+//!   whose share is taken are not claimed. It claims again at once while batches come back
+//!   full, on a `NOTIFY`, on a freed slot, and every `poll_interval`;
 //! - each attempt (`attempt.rs`) runs in a task of its own, outside any transaction, publishes
 //!   through its topic's destination, and hands its outcome to the marker;
 //! - the marker (`marks.rs`) writes the outcomes of every attempt that ended meanwhile in one
@@ -19,6 +21,7 @@ mod health;
 mod listen;
 mod marks;
 mod purge;
+mod rooms;
 mod turns;
 
 use std::sync::Arc;
@@ -60,7 +63,9 @@ pub(crate) struct Shared {
     pub(crate) owner: String,
     /// The slots of `deliver_concurrency`: an attempt holds one from its claim to its answer.
     pub(crate) permits: Arc<Semaphore>,
-    /// Poked by `NOTIFY`.
+    /// Each destination's share of them (`destination_concurrency`), held alike.
+    pub(crate) rooms: rooms::Rooms,
+    /// Poked by `NOTIFY`, by a passed turn, and by a full destination that has room again.
     pub(crate) wake: Notify,
     pub(crate) health: HealthState,
     /// Attempts run here, so a drain can wait for them.
@@ -86,6 +91,7 @@ impl Relay {
         let shared = Arc::new(Shared {
             owner: lease_owner(),
             permits: Arc::new(Semaphore::new(config.deliver_concurrency)),
+            rooms: rooms::Rooms::new(config),
             wake: Notify::new(),
             health: HealthState::new(config.name.clone()),
             attempts: TaskTracker::new(),

@@ -30,7 +30,9 @@ async fn claim_buffers(db: &Db, limit: i64) -> (i64, usize) {
     let claim = claim_statement(&TableName::default(), PayloadKind::Json)
         .replace("$1", "'explain'")
         .replace("$2::int8", "30000::int8")
-        .replace("$3", &limit.to_string());
+        .replace("$3", &limit.to_string())
+        .replace("$4", "'{}'")
+        .replace("$5", "NULL");
     let mut client = db.pool.get().await.unwrap();
     let transaction = client.transaction().await.unwrap();
     let messages = transaction
