@@ -49,18 +49,48 @@ pub struct Message {
     pub headers: Vec<(String, String)>,
 }
 
+/// Why a row cannot make a message. Its text becomes the row's `last_error` when the row is
+/// marked dead, so it names the column and the value at fault.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Unsendable {
+    /// The id cannot be a key (`Idempotency-Key`, `Nats-Msg-Id`, `message_id`).
+    #[error(transparent)]
+    Id(#[from] crate::names::NameError),
+    /// The payload column is null.
+    #[error("the payload is null")]
+    NullPayload,
+    /// The topic cannot be a header value.
+    #[error("topic {0:?} cannot be sent as Outbox-Topic")]
+    Topic(String),
+    /// The aggregate id cannot be a header value.
+    #[error("aggregate_id {0:?} cannot be sent as Outbox-Aggregate-Id")]
+    AggregateId(String),
+    /// The `headers` column is neither null nor a JSON object of strings.
+    #[error("headers is not a JSON object of strings")]
+    HeadersNotAnObject,
+    /// A value of the `headers` column is not a string.
+    #[error("headers: the value of {0:?} is not a string")]
+    HeaderNotAString(String),
+    /// A name of the `headers` column is not a header name.
+    #[error("headers: {0:?} is not a header name")]
+    HeaderName(String),
+    /// A header of the `headers` column frames the request, which only the HTTP client writes.
+    #[error("headers: {0:?} is written by the HTTP client, never by a row")]
+    FramingHeader(String),
+    /// A value of the `headers` column cannot be a header value.
+    #[error("headers: the value of {0:?} is not a valid header value")]
+    HeaderValue(String),
+}
+
 /// The message of `row`'s attempt, or why the row cannot be sent.
-pub(crate) fn build(payload_kind: PayloadKind, row: &ClaimedRow) -> Result<Message, String> {
-    let id = EventId::new(row.id.as_str()).map_err(|e| e.to_string())?;
+pub(crate) fn build(payload_kind: PayloadKind, row: &ClaimedRow) -> Result<Message, Unsendable> {
+    let id = EventId::new(row.id.as_str())?;
     let Some(payload) = &row.payload else {
-        return Err("the payload is null".to_owned());
+        return Err(Unsendable::NullPayload);
     };
-    HeaderValue::from_str(&row.topic)
-        .map_err(|_| format!("topic {:?} cannot be sent as Outbox-Topic", row.topic))?;
+    HeaderValue::from_str(&row.topic).map_err(|_| Unsendable::Topic(row.topic.clone()))?;
     if let Some(aggregate) = &row.aggregate_id {
-        HeaderValue::from_str(aggregate).map_err(|_| {
-            format!("aggregate_id {aggregate:?} cannot be sent as Outbox-Aggregate-Id")
-        })?;
+        HeaderValue::from_str(aggregate).map_err(|_| Unsendable::AggregateId(aggregate.clone()))?;
     }
     let mut headers = row_headers(row.headers.as_deref())?;
     let content_type = match headers
@@ -84,31 +114,31 @@ pub(crate) fn build(payload_kind: PayloadKind, row: &ClaimedRow) -> Result<Messa
 
 /// The `headers` column: null, or a JSON object whose every value is a string, naming headers
 /// a request may carry.
-fn row_headers(column: Option<&str>) -> Result<Vec<(String, String)>, String> {
+fn row_headers(column: Option<&str>) -> Result<Vec<(String, String)>, Unsendable> {
     let Some(text) = column else {
         return Ok(Vec::new());
     };
-    let not_an_object = || "headers is not a JSON object of strings".to_owned();
-    let value: serde_json::Value = serde_json::from_str(text).map_err(|_| not_an_object())?;
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|_| Unsendable::HeadersNotAnObject)?;
     let object = match value {
         serde_json::Value::Null => return Ok(Vec::new()),
         serde_json::Value::Object(object) => object,
-        _ => return Err(not_an_object()),
+        _ => return Err(Unsendable::HeadersNotAnObject),
     };
     let mut headers = Vec::with_capacity(object.len());
     for (name, value) in object {
         let serde_json::Value::String(value) = value else {
-            return Err(format!("headers: the value of {name:?} is not a string"));
+            return Err(Unsendable::HeaderNotAString(name));
         };
-        let header = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("headers: {name:?} is not a header name"))?;
+        let Ok(header) = HeaderName::from_bytes(name.as_bytes()) else {
+            return Err(Unsendable::HeaderName(name));
+        };
         if FRAMING.contains(&header.as_str()) {
-            return Err(format!(
-                "headers: {name:?} is written by the HTTP client, never by a row"
-            ));
+            return Err(Unsendable::FramingHeader(name));
         }
-        HeaderValue::from_str(&value)
-            .map_err(|_| format!("headers: the value of {name:?} is not a valid header value"))?;
+        if HeaderValue::from_str(&value).is_err() {
+            return Err(Unsendable::HeaderValue(name));
+        }
         headers.push((name, value));
     }
     Ok(headers)
@@ -152,7 +182,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_row_that_cannot_be_sent_says_why() {
-        let why = |row: &ClaimedRow| build(PayloadKind::Json, row).unwrap_err();
+        let why = |row: &ClaimedRow| build(PayloadKind::Json, row).unwrap_err().to_string();
         let mut null = row(None);
         null.payload = None;
         assert_eq!(why(&null), "the payload is null");

@@ -65,7 +65,8 @@ fn unsendable_or_publisher<'a>(
     payload: PayloadKind,
 ) -> Result<(Message, &'a Arc<dyn Publisher>), String> {
     let config = shared.outbox.config();
-    let message = build_message(payload, row)?;
+    // The reason is the row's `last_error`: stored text.
+    let message = build_message(payload, row).map_err(|why| why.to_string())?;
     let Some(publisher) = shared.destinations.for_topic(config, &row.topic) else {
         return Err(format!(
             "no destination for topic {:?}: it has no line in topics, and there is no deliver_to",
