@@ -81,20 +81,29 @@ impl Capped {
         assert_eq!(answer.status, 200, "{answer:?}");
     }
 
-    /// How many times the proxy has logged a client held back with `open` connections served.
-    fn held_back(&self, open: usize) -> usize {
+    /// How many times the proxy has logged a client held back with `open` connections served;
+    /// only the client of `stream`, when given (each line names the client's address, so
+    /// other clients' lines never count).
+    fn held_back(&self, open: usize, client: Option<&TcpStream>) -> usize {
         let log = std::fs::read_to_string(self.log.path()).unwrap();
         let line = slot_wait(open);
-        log.lines().filter(|l| l.contains(&line)).count()
+        let peer = client.map(client_of);
+        let of_client = |l: &str| match &peer {
+            Some(peer) => l.split_whitespace().any(|field| field == peer),
+            None => true,
+        };
+        log.lines()
+            .filter(|l| l.contains(&line) && of_client(l))
+            .count()
     }
 
-    /// Whether `stream` is left waiting: once the proxy has logged a client held back with
-    /// `open` connections served (more than `before` times), it has neither been answered nor
-    /// closed. The line is the sign that the proxy looked at the limit for it: it would have
-    /// been served by then, were the limit not kept.
-    async fn waits(&self, stream: &TcpStream, open: usize, before: usize) -> bool {
-        let logged = async || self.held_back(open) > before;
-        let what = format!("a client held back with {open} open, after {before} such lines");
+    /// Whether `stream` is left waiting: once the proxy has logged its client held back with
+    /// `open` connections served, it has neither been answered nor closed. The line is the
+    /// sign that the proxy looked at the limit for it: it would have been served by then,
+    /// were the limit not kept.
+    async fn waits(&self, stream: &TcpStream, open: usize) -> bool {
+        let logged = async || self.held_back(open, Some(stream)) > 0;
+        let what = format!("the client held back with {open} open");
         poll::until(ANSWER, what, logged).await;
         unanswered(stream)
     }
@@ -103,6 +112,11 @@ impl Capped {
         sigterm(&self.child);
         assert_eq!(exit_code(self.child).await, Some(0));
     }
+}
+
+/// `peer=ADDRESS` of the client of `stream`, as the proxy's line names it.
+fn client_of(stream: &TcpStream) -> String {
+    format!("peer={}", stream.local_addr().unwrap())
 }
 
 /// Whether the request on `stream` is answered, within [`ANSWER`].
@@ -129,10 +143,9 @@ async fn connections_opened_one_after_another_are_capped_across_workers() {
                 );
                 open.push(stream);
             }
-            let before = proxy.held_back(2);
             let mut third = proxy.ask().await;
             assert!(
-                proxy.waits(&third, 2, before).await,
+                proxy.waits(&third, 2).await,
                 "{workers} workers, round {round}: served past the limit"
             );
             drop(open.remove(0));
@@ -172,7 +185,7 @@ async fn connections_opened_at_once_are_capped_across_workers() {
             open.push(stream.unwrap());
         }
         // A line for the fourth comes once the proxy held it back at the limit.
-        let held = async || proxy.held_back(3) > 0;
+        let held = async || proxy.held_back(3, None) > 0;
         poll::until(ANSWER, "the fourth held back", held).await;
         assert!(
             served.try_recv().is_err(),
@@ -193,38 +206,25 @@ async fn a_reload_that_raises_or_lowers_the_limit_is_kept_to_across_workers() {
     let proxy = start(&upstream, "reload", 2, 2).await;
     let (mut first, mut second) = (proxy.ask().await, proxy.ask().await);
     assert!(answered(&mut first).await && answered(&mut second).await);
-    let before = proxy.held_back(2);
     let mut third = proxy.ask().await;
-    assert!(
-        proxy.waits(&third, 2, before).await,
-        "served past the limit"
-    );
+    assert!(proxy.waits(&third, 2).await, "served past the limit");
     proxy.reload_with(2, 3).await;
     assert!(answered(&mut third).await, "a raised limit lets it in");
 
     proxy.reload_with(2, 1).await;
-    let before = proxy.held_back(3);
     let mut fourth = proxy.ask().await;
-    assert!(
-        proxy.waits(&fourth, 3, before).await,
-        "served past a lowered limit"
-    );
+    assert!(proxy.waits(&fourth, 3).await, "served past a lowered limit");
     // Each close wakes the worker holding the fourth, which looks at the limit again: held
     // back with one open, it has looked after both closes.
-    let before = proxy.held_back(1);
     drop((first, second));
     assert!(
-        proxy.waits(&fourth, 1, before).await,
+        proxy.waits(&fourth, 1).await,
         "served while one connection is open, at a limit of one"
     );
     drop(third);
     assert!(answered(&mut fourth).await, "not served once all closed");
-    let before = proxy.held_back(1);
     let mut fifth = proxy.ask().await;
-    assert!(
-        proxy.waits(&fifth, 1, before).await,
-        "two served at a limit of one"
-    );
+    assert!(proxy.waits(&fifth, 1).await, "two served at a limit of one");
     drop(fourth);
     assert!(answered(&mut fifth).await);
     proxy.stop().await;

@@ -47,11 +47,12 @@ impl Slots {
         live: &LiveApp,
     ) -> io::Result<(TcpStream, SocketAddr, Slot)> {
         let (stream, peer) = listener.accept().await?;
-        Ok((stream, peer, self.acquire(live).await))
+        Ok((stream, peer, self.acquire(live, peer).await))
     }
 
-    /// Waits until fewer connections are open than the limit in force, then takes a slot.
-    async fn acquire(self: &Arc<Self>, live: &LiveApp) -> Slot {
+    /// Waits until fewer connections are open than the limit in force, then takes a slot for
+    /// the client at `peer`.
+    async fn acquire(self: &Arc<Self>, live: &LiveApp, peer: SocketAddr) -> Slot {
         loop {
             let (freed, replaced) = (self.freed.notified(), live.replaced());
             tokio::pin!(freed, replaced);
@@ -68,6 +69,7 @@ impl Slots {
                     target: LOG_TARGET,
                     open,
                     max_connections = limit,
+                    %peer,
                     "connection limit reached; a client waits for a slot"
                 ),
             }
