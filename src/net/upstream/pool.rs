@@ -166,10 +166,6 @@ enum Exchange {
     Closed,
 }
 
-/// A connection idle for less than this is taken without asking the kernel whether it is
-/// still open: no upstream closes a keep-alive connection for idling that soon.
-const JUST_USED: Duration = Duration::from_millis(10);
-
 #[derive(Default)]
 struct IdleList {
     /// Oldest first.
@@ -193,30 +189,27 @@ impl Pool {
 
     /// The most recently used connection that is still open, if any. Those found closed are
     /// dropped on the way.
+    ///
+    /// Each is checked with the kernel however recently it came back: an upstream shutting down
+    /// closes its idle connections at once, moments after their last answer, and this thread's
+    /// runtime may not have seen that close yet. A request written on such a connection would be
+    /// lost (answered `502`), where the check sends it on a new one, for one `recv(2)`.
     pub(super) fn checkout(&self) -> Option<PooledConnection> {
         loop {
-            let (mut connection, idle_for) = self.pop_newest()?;
-            // A connection back from its last exchange a moment ago has had no time to be
-            // closed for idling; asking the kernel about it would cost a system call per request.
-            let open = if idle_for < JUST_USED {
-                matches!(connection.state(), Exchange::Over)
-            } else {
-                connection.is_open()
-            };
-            if open {
+            let mut connection = self.pop_newest()?;
+            if connection.is_open() {
                 return Some(connection);
             }
         }
     }
 
-    /// The connection most recently checked in, and how long it has been idle.
-    fn pop_newest(&self) -> Option<(PooledConnection, Duration)> {
+    /// The connection most recently checked in, unless it has been idle too long.
+    fn pop_newest(&self) -> Option<PooledConnection> {
         let now = Instant::now();
         let mut list = self.lock(self.idle.mine_at());
         let newest = list.connections.pop_back()?;
-        let idle_for = now.saturating_duration_since(newest.since);
-        if idle_for < self.settings.idle_timeout {
-            return Some((newest.connection, idle_for));
+        if now.saturating_duration_since(newest.since) < self.settings.idle_timeout {
+            return Some(newest.connection);
         }
         // The newest is past its time, so every older one is too.
         let expired = std::mem::take(&mut list.connections);

@@ -88,14 +88,72 @@ impl CountingUpstream {
         }
     }
 
-    /// Sends a `POST` to `path` through `pool` and reads the answer whole.
     async fn post(&self, pool: &Arc<Pool>, path: &str) -> (StatusCode, Bytes) {
-        let response = send(pool, &self.address, pool.checkout(), request(path))
-            .await
+        post(pool, &self.address, path).await
+    }
+}
+
+/// Sends a `POST` to `path` through `pool` and reads the answer whole.
+async fn post(pool: &Arc<Pool>, address: &Address, path: &str) -> (StatusCode, Bytes) {
+    let response = send(pool, address, pool.checkout(), request(path))
+        .await
+        .unwrap();
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, body)
+}
+
+/// An upstream that answers the one request of its one connection, then, when the test says
+/// so, closes it (its writing half): as an upstream shutting down closes its idle connections
+/// at once, however recently they answered. It runs on a thread of its own.
+struct ClosesWhenTold {
+    address: Address,
+    close: std::sync::mpsc::Sender<()>,
+    closed: std::sync::mpsc::Receiver<()>,
+}
+
+impl ClosesWhenTold {
+    fn start() -> Self {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url: http::Uri = format!("http://{}", listener.local_addr().unwrap())
+            .parse()
             .unwrap();
-        let status = response.status();
-        let body = response.into_body().collect().await.unwrap().to_bytes();
-        (status, body)
+        let (close, told) = std::sync::mpsc::channel();
+        let (taken_in, closed) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut stream, peer) = listener.accept().unwrap();
+            let mut received = Vec::new();
+            while !received.ends_with(BODY) {
+                let mut chunk = [0u8; 4096];
+                let n = stream.read(&mut chunk).unwrap();
+                assert!(n > 0, "the pool hung up mid-request");
+                received.extend_from_slice(&chunk[..n]);
+            }
+            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+            stream.write_all(answer).unwrap();
+            if told.recv().is_err() {
+                return;
+            }
+            stream.shutdown(std::net::Shutdown::Write).unwrap();
+            let local = stream.local_addr().unwrap();
+            idempotency_test_support::tcp_state::until_fin_received_blocking(local, peer);
+            let _ = taken_in.send(());
+            // The socket stays open, for reading, until the test ends.
+            let _ = told.recv();
+        });
+        Self {
+            address: Address::from_uri(&url, None).unwrap(),
+            close,
+            closed,
+        }
+    }
+
+    /// Closes the connection and waits, blocking this thread, until the pool's end of it has
+    /// the close: a runtime on this thread sees nothing of it meanwhile.
+    fn close_blocking(&self) {
+        self.close.send(()).unwrap();
+        self.closed.recv().unwrap();
     }
 }
 
@@ -120,10 +178,12 @@ async fn accept(
     }
 }
 
+const BODY: &[u8] = b"{\"amount\":100}";
+
 fn request(path: &str) -> Request<Body> {
     Request::post(path)
         .header("host", "upstream")
-        .body(Body::from("{\"amount\":100}"))
+        .body(Body::from(BODY))
         .unwrap()
 }
 
@@ -254,6 +314,25 @@ async fn a_close_the_runtime_has_not_seen_yet_is_still_found() {
     let pool = pool_with(Duration::from_secs(10), 8);
     upstream.post(&pool, "/pay").await;
     upstream.until_closed_blocking();
+    assert!(
+        pool.checkout().is_none(),
+        "a closed connection was handed out"
+    );
+}
+
+/// An upstream shutting down closes its idle connections at once, however recently they
+/// answered: a connection checked in a moment ago is checked with the kernel all the same, here
+/// while this thread's runtime has had no chance to see the close.
+#[tokio::test(flavor = "current_thread")]
+async fn a_close_right_after_the_answer_is_found_before_the_runtime_sees_it() {
+    let upstream = ClosesWhenTold::start();
+    let pool = pool_with(Duration::from_secs(10), 8);
+    assert_eq!(
+        post(&pool, &upstream.address, "/pay").await,
+        (StatusCode::OK, Bytes::from_static(b"ok"))
+    );
+    assert_eq!(pool.idle_count(), 1);
+    upstream.close_blocking();
     assert!(
         pool.checkout().is_none(),
         "a closed connection was handed out"

@@ -5,6 +5,7 @@
 
 pub(crate) mod binary;
 pub(crate) mod broker_guide;
+pub(crate) mod closing_upstream;
 pub(crate) mod console;
 pub(crate) mod grpc;
 pub(crate) mod inbox_upstream;
