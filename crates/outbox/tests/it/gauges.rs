@@ -18,21 +18,7 @@ async fn plan(db: &Db, on_dead: OnDead) -> (serde_json::Value, i64) {
         .simple_query(&format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}"))
         .await
         .unwrap();
-    let text = messages
-        .iter()
-        .find_map(|m| match m {
-            idempotency_outbox::tokio_postgres::SimpleQueryMessage::Row(row) => {
-                row.get(0).map(str::to_owned)
-            }
-            _ => None,
-        })
-        .unwrap();
-    let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let top = plan[0]["Plan"].clone();
-    let blocks = ["Shared Hit Blocks", "Shared Read Blocks"]
-        .iter()
-        .map(|k| top[k].as_i64().unwrap_or(0))
-        .sum();
+    let (top, blocks) = common::explained(&messages);
     (top, blocks)
 }
 

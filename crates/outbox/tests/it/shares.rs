@@ -128,21 +128,7 @@ async fn claim_buffers(db: &Db, claim: &str, limit: i64, left_out: &str) -> (i64
         .await
         .unwrap();
     transaction.rollback().await.unwrap();
-    let text = messages
-        .iter()
-        .find_map(|m| match m {
-            idempotency_outbox::tokio_postgres::SimpleQueryMessage::Row(row) => {
-                row.get(0).map(str::to_owned)
-            }
-            _ => None,
-        })
-        .unwrap();
-    let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let top = &plan[0]["Plan"];
-    let blocks = ["Shared Hit Blocks", "Shared Read Blocks"]
-        .iter()
-        .map(|k| top[k].as_i64().unwrap_or(0))
-        .sum();
+    let (top, blocks) = common::explained(&messages);
     (blocks, top["Actual Rows"].as_u64().unwrap_or(0))
 }
 

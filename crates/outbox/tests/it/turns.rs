@@ -39,22 +39,8 @@ async fn claim_buffers(db: &Db, limit: i64) -> (i64, usize) {
         .simple_query(&format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {claim}"))
         .await
         .unwrap();
-    let text = messages
-        .iter()
-        .find_map(|m| match m {
-            idempotency_outbox::tokio_postgres::SimpleQueryMessage::Row(row) => {
-                row.get(0).map(str::to_owned)
-            }
-            _ => None,
-        })
-        .unwrap();
-    let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
     transaction.rollback().await.unwrap();
-    let top = &plan[0]["Plan"];
-    let blocks = ["Shared Hit Blocks", "Shared Read Blocks"]
-        .iter()
-        .map(|k| top[k].as_i64().unwrap_or(0))
-        .sum();
+    let (top, blocks) = common::explained(&messages);
     let claimed = top["Actual Rows"].as_u64().unwrap_or(0) as usize;
     (blocks, claimed)
 }

@@ -71,3 +71,26 @@ impl Relays for Db {
         Outbox::new(config, url, ConnectOptions::default()).unwrap()
     }
 }
+
+/// What `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` answered as `messages`: the plan's top node,
+/// and the buffers it read (shared hits and reads), the figure the claim and gauge tests hold.
+pub(crate) fn explained(
+    messages: &[idempotency_outbox::tokio_postgres::SimpleQueryMessage],
+) -> (serde_json::Value, i64) {
+    let text = messages
+        .iter()
+        .find_map(|m| match m {
+            idempotency_outbox::tokio_postgres::SimpleQueryMessage::Row(row) => {
+                row.get(0).map(str::to_owned)
+            }
+            _ => None,
+        })
+        .expect("EXPLAIN answers one row");
+    let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let top = plan[0]["Plan"].clone();
+    let blocks = ["Shared Hit Blocks", "Shared Read Blocks"]
+        .iter()
+        .map(|k| top[k].as_i64().unwrap_or(0))
+        .sum();
+    (top, blocks)
+}
